@@ -1,0 +1,43 @@
+# One entry point for people and CI. Every target installs what it needs first:
+# a virtualenv in .venv (requirements.txt) and pinned helm 3 and 4 in .tools/helm.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+HELM_VERSIONS := 3.17.2 4.1.4
+HELM ?= .tools/helm/4.1.4/helm
+
+.PHONY: help tools helm render test golden lint clean
+
+help: ## List the targets.
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-8s %s\n", $$1, $$2}'
+
+$(STAMP): requirements.txt pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -r requirements.txt -e .
+	touch $@
+
+helm: ## Install the pinned helm binaries (checksummed) into .tools/helm.
+	scripts/install-helm.sh $(HELM_VERSIONS)
+
+tools: $(STAMP) helm ## Install everything the other targets need.
+
+render: tools ## Render the chart with its defaults, validate it, write out/ and print a summary.
+	$(PY) -m mooncake_pd --helm $(HELM) render --out out/mooncake-pd.yaml
+
+test: tools ## Run the whole test suite (helm 3 and helm 4).
+	$(PY) -m pytest
+
+golden: tools ## Regenerate tests/golden/ from the chart; read the diff before committing.
+	$(PY) -m mooncake_pd --helm $(HELM) golden
+	git diff --stat -- tests/golden
+
+lint: tools ## ruff and helm lint --strict under both helm versions.
+	$(VENV)/bin/ruff check scripts tests
+	$(VENV)/bin/ruff format --check scripts tests
+	for v in $(HELM_VERSIONS); do .tools/helm/$$v/helm lint --strict chart || exit 1; done
+
+clean: ## Remove the virtualenv, tools and outputs.
+	rm -rf $(VENV) .tools out

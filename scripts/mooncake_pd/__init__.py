@@ -1,0 +1,1 @@
+"""Tooling for the mooncake-pd Helm chart."""

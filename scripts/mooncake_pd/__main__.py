@@ -1,0 +1,3 @@
+from mooncake_pd.cli import main
+
+raise SystemExit(main())

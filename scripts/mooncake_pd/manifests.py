@@ -1,0 +1,39 @@
+"""Parse rendered manifests and pick objects out of them."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import yaml
+
+Manifest = dict[str, Any]
+
+
+def parse(text: str) -> list[Manifest]:
+    """Every non-empty YAML document of a `helm template` output."""
+    return [doc for doc in yaml.safe_load_all(text) if doc]
+
+
+def find(objects: list[Manifest], kind: str, name: str | None = None) -> list[Manifest]:
+    return [
+        o for o in objects if o.get("kind") == kind and (name is None or o["metadata"]["name"] == name)
+    ]
+
+
+def one(objects: list[Manifest], kind: str, name: str | None = None) -> Manifest:
+    found = find(objects, kind, name)
+    if len(found) != 1:
+        raise LookupError(f"expected one {kind} {name or ''}, found {len(found)}")
+    return found[0]
+
+
+def role(modelserving: Manifest, name: str) -> dict[str, Any]:
+    """A role of a ModelServing by its name."""
+    for r in modelserving["spec"]["template"]["roles"]:
+        if r["name"] == name:
+            return r
+    raise LookupError(f"ModelServing has no role {name!r}")
+
+
+def ident(obj: Manifest) -> str:
+    return f"{obj.get('kind')}/{obj.get('metadata', {}).get('name')}"

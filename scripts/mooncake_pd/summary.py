@@ -1,0 +1,58 @@
+"""A one-screen summary of a rendered deployment."""
+
+from __future__ import annotations
+
+from mooncake_pd.engines import EngineRun
+from mooncake_pd.manifests import Manifest, find, one
+
+
+def _accelerator(resources: dict) -> str:
+    limits = resources.get("limits", {})
+    devices = [f"{v} x {k}" for k, v in limits.items() if "/" in k]
+    return ", ".join(devices) or "none"
+
+
+def summarize(objects: list[Manifest], runs: list[EngineRun]) -> str:
+    modelserving = one(objects, "ModelServing")
+    spec = modelserving["spec"]
+    lines = [
+        f"ModelServing {modelserving['metadata']['name']}: {spec['replicas']} serving group(s), "
+        f"scheduler {spec['schedulerName']}, recovery {spec['recoveryPolicy']}",
+    ]
+    by_role = {r.role: r for r in runs}
+    for role in spec["template"]["roles"]:
+        container = role["entryTemplate"]["spec"]["containers"][0]
+        ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+        kv = sorted(v for k, v in ports.items() if k.startswith("kv-"))
+        flags = by_role[role["name"]].serve["flags"]
+        lines.append(
+            f"  {role['name']:<8} replicas {role['replicas']} (+{role['workerReplicas']} workers), "
+            f"TP {flags['tensor-parallel-size']} x DP {flags['data-parallel-size']}, "
+            f"devices per pod {_accelerator(container['resources'])}"
+        )
+        lines.append(
+            f"           ports: serve {ports['server']}, dp-rpc {ports['dp-rpc']}, "
+            f"kv {kv[0]}-{kv[-1]}" if kv else ""
+        )
+    first = runs[0].serve["flags"]["kv-transfer-config"]
+    sizes = first.get("kv_connector_extra_config", {})
+    lines.append(
+        f"KV connector: {first['kv_connector']} ({first.get('kv_connector_module_path', 'built-in')}); "
+        f"prefill tp/dp {sizes.get('prefill')}, decode tp/dp {sizes.get('decode')}"
+    )
+    for run in runs:
+        kv = run.serve["flags"]["kv-transfer-config"]
+        lines.append(f"  {run.role}: {kv['kv_role']}, kv_port {kv['kv_port']}, engine_id {kv['engine_id']}")
+    proxies = [s for s in find(objects, "Service") if s["metadata"]["name"].endswith("-proxy")]
+    for svc in proxies:
+        port = svc["spec"]["ports"][0]["port"]
+        name = svc["metadata"]["name"]
+        namespace = svc["metadata"].get("namespace", "default")
+        lines.append(f"Proxy: http://{name}.{namespace}.svc:{port}/v1/chat/completions")
+    if not proxies:
+        lines.append("Proxy: none (router.type)")
+    replica_services = [
+        s["metadata"]["name"] for s in find(objects, "Service") if s not in proxies
+    ]
+    lines.append(f"Replica Services: {', '.join(replica_services)}")
+    return "\n".join(line for line in lines if line)

@@ -1,0 +1,138 @@
+"""Validate rendered objects: core kinds against the Kubernetes OpenAPI schemas
+(kubernetes-validate, strict), Kthena kinds against the real CRDs, and the pod templates
+inside a ModelServing as Pods."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterable
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import kubernetes_validate
+import yaml
+
+from mooncake_pd import paths
+from mooncake_pd.manifests import Manifest, ident
+
+# The chart's kubeVersion floor and the newest schemas kubernetes-validate ships.
+KUBERNETES_VERSIONS = ("1.27.0", kubernetes_validate.utils.latest_version())
+KTHENA_GROUPS = ("workload.serving.volcano.sh", "networking.serving.volcano.sh")
+
+
+class CrdsMissing(RuntimeError):
+    """The Kthena CRD folder is absent."""
+
+
+def _strict(schema: Any) -> Any:
+    """A copy of a CRD schema that rejects unknown fields, as `kubectl apply --validate=strict`
+    does (the API server would silently prune them)."""
+    if isinstance(schema, dict):
+        out = {k: _strict(v) for k, v in schema.items()}
+        if (
+            out.get("type") == "object"
+            and "properties" in out
+            and "additionalProperties" not in out
+            and not out.get("x-kubernetes-preserve-unknown-fields")
+        ):
+            out["additionalProperties"] = False
+        return out
+    if isinstance(schema, list):
+        return [_strict(v) for v in schema]
+    return schema
+
+
+@cache
+def crd_schemas(folder: Path) -> dict[tuple[str, str], dict[str, Any]]:
+    """(apiVersion, kind) -> strict openAPIV3Schema of every CRD in the folder."""
+    if not folder.is_dir():
+        raise CrdsMissing(f"Kthena CRDs not found at {folder} (set KTHENA_CRDS_DIR)")
+    schemas: dict[tuple[str, str], dict[str, Any]] = {}
+    for path in sorted(folder.glob("*.yaml")):
+        crd = yaml.safe_load(path.read_text())
+        if not crd or crd.get("kind") != "CustomResourceDefinition":
+            continue
+        group, kind = crd["spec"]["group"], crd["spec"]["names"]["kind"]
+        for version in crd["spec"]["versions"]:
+            schema = version["schema"]["openAPIV3Schema"]
+            schemas[(f"{group}/{version['name']}", kind)] = _strict(schema)
+    return schemas
+
+
+def crd_schema(api_version: str, kind: str, folder: Path | None = None) -> dict[str, Any]:
+    schemas = crd_schemas(folder or paths.crds_dir())
+    try:
+        return schemas[(api_version, kind)]
+    except KeyError:
+        raise LookupError(f"no CRD for {api_version} {kind}") from None
+
+
+def _path(error: jsonschema.ValidationError) -> str:
+    return ".".join(str(p) for p in error.absolute_path) or "(root)"
+
+
+def validate_crd_object(obj: Manifest, folder: Path | None = None) -> list[str]:
+    schema = crd_schema(obj["apiVersion"], obj["kind"], folder)
+    validator = jsonschema.Draft7Validator(schema)
+    return [f"{ident(obj)}: {_path(e)}: {e.message}" for e in validator.iter_errors(obj)]
+
+
+def validate_core_object(obj: Manifest, versions: Iterable[str] = KUBERNETES_VERSIONS) -> list[str]:
+    errors = []
+    for version in versions:
+        try:
+            kubernetes_validate.validate(copy.deepcopy(obj), version, strict=True)
+        except kubernetes_validate.ValidationError as e:
+            errors.append(f"{ident(obj)} (Kubernetes {version}): {_path(e)}: {e.message}")
+    return errors
+
+
+def pod_templates(modelserving: Manifest) -> list[tuple[str, Manifest]]:
+    """(label, Pod) for every entry and worker template of a ModelServing."""
+    pods = []
+    for role in modelserving["spec"]["template"]["roles"]:
+        for key in ("entryTemplate", "workerTemplate"):
+            template = role.get(key)
+            if template:
+                metadata = {"name": f"{role['name']}-{key}", **template.get("metadata", {})}
+                pod = {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": template["spec"]}
+                pods.append((f"{ident(modelserving)} role {role['name']} {key}", pod))
+    return pods
+
+
+def validate(objects: Iterable[Manifest], crds: Path | None = None) -> list[str]:
+    """Every problem found in the objects, as human-readable lines; empty when all are valid."""
+    errors: list[str] = []
+    for obj in objects:
+        group = obj.get("apiVersion", "").split("/")[0]
+        if group in KTHENA_GROUPS:
+            errors += validate_crd_object(obj, crds)
+            if obj["kind"] == "ModelServing":
+                for label, pod in pod_templates(obj):
+                    errors += [f"{label}: {e}" for e in validate_core_object(pod)]
+        else:
+            errors += validate_core_object(obj)
+    return errors
+
+
+def missing_crd_defaults(obj: Manifest, folder: Path | None = None) -> list[str]:
+    """Fields the CRD would default that the object leaves out: each is a diff that Argo CD
+    shows after the API server fills it in. Empty when every defaulted field is explicit."""
+    schema = crd_schema(obj["apiVersion"], obj["kind"], folder)
+    found: list[str] = []
+
+    def walk(node: Any, sch: dict[str, Any], path: str) -> None:
+        if isinstance(node, dict):
+            for key, sub in sch.get("properties", {}).items():
+                if key in node:
+                    walk(node[key], sub, f"{path}.{key}")
+                elif "default" in sub:
+                    found.append(f"{path}.{key} (default {sub['default']!r})")
+        elif isinstance(node, list) and "items" in sch:
+            for i, item in enumerate(node):
+                walk(item, sch["items"], f"{path}[{i}]")
+
+    walk(obj, schema, ident(obj))
+    return found

@@ -1,0 +1,104 @@
+"""Shared fixtures: one render per (helm version, values set) for the whole session."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from mooncake_pd import engines, helm, manifests, paths, validate
+
+
+@dataclass(frozen=True)
+class Rendered:
+    text: str
+    objects: list[dict[str, Any]]
+
+    def one(self, kind: str, name: str | None = None) -> dict[str, Any]:
+        return manifests.one(self.objects, kind, name)
+
+    def find(self, kind: str) -> list[dict[str, Any]]:
+        return manifests.find(self.objects, kind)
+
+    @property
+    def modelserving(self) -> dict[str, Any]:
+        return self.one("ModelServing")
+
+    def role(self, name: str) -> dict[str, Any]:
+        return manifests.role(self.modelserving, name)
+
+    def container(self, role: str) -> dict[str, Any]:
+        return self.role(role)["entryTemplate"]["spec"]["containers"][0]
+
+
+class Renderer:
+    """Renders the chart through a pinned helm, caching each (values files, overrides) result
+    so every test shares one render per values set and helm version."""
+
+    def __init__(self, version: str):
+        self.version = version
+        self.binary = paths.helm_binary(version)
+        self._cache: dict[str, Rendered | helm.HelmError] = {}
+
+    def _key(self, values_files: tuple[Path, ...], overrides: dict[str, Any] | None) -> str:
+        return json.dumps([[str(p) for p in values_files], overrides or {}], sort_keys=True)
+
+    def _get(self, values_files: tuple[Path, ...], overrides: dict[str, Any] | None):
+        key = self._key(values_files, overrides)
+        if key not in self._cache:
+            try:
+                text = helm.template(self.binary, values_files, overrides)
+                self._cache[key] = Rendered(text, manifests.parse(text))
+            except helm.HelmError as e:
+                self._cache[key] = e
+        return self._cache[key]
+
+    def __call__(self, values_files: tuple[Path, ...] = (), overrides: dict[str, Any] | None = None) -> Rendered:
+        result = self._get(tuple(values_files), overrides)
+        if isinstance(result, helm.HelmError):
+            raise result
+        return result
+
+    def error(self, values_files: tuple[Path, ...] = (), overrides: dict[str, Any] | None = None) -> str:
+        """helm's error message for values that must fail; fails the test if they render."""
+        result = self._get(tuple(values_files), overrides)
+        if not isinstance(result, helm.HelmError):
+            pytest.fail(f"helm {self.version} rendered values that should fail: {overrides or values_files}")
+        return str(result)
+
+
+_renderers: dict[str, Renderer] = {}
+
+
+@pytest.fixture(scope="session", params=paths.HELM_VERSIONS, ids=lambda v: f"helm{v.split('.')[0]}")
+def render(request) -> Renderer:
+    version = request.param
+    if not paths.helm_binary(version).exists():
+        pytest.fail(f"helm {version} missing: run `make tools`")
+    return _renderers.setdefault(version, Renderer(version))
+
+
+@pytest.fixture(scope="session")
+def defaults(render: Renderer) -> Rendered:
+    return render()
+
+
+@pytest.fixture(scope="session")
+def crds() -> Path:
+    folder = paths.crds_dir()
+    if not folder.is_dir():
+        pytest.skip(f"Kthena CRDs not found at {folder}: set KTHENA_CRDS_DIR or put ../shared beside the repo")
+    return folder
+
+
+@pytest.fixture(scope="session")
+def entry_runs(defaults: Rendered) -> dict[str, engines.EngineRun]:
+    return {run.role: run for run in engines.entry_runs(defaults.objects)}
+
+
+def assert_valid(rendered: Rendered, crds: Path) -> None:
+    errors = validate.validate(rendered.objects, crds)
+    assert errors == [], "\n".join(errors)
