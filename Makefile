@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 HELM_VERSIONS := 3.17.2 4.1.4
 HELM ?= .tools/helm/4.1.4/helm
 
-.PHONY: help tools helm render test golden lint clean
+.PHONY: help tools helm render test golden docs lint clean
 
 help: ## List the targets.
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-8s %s\n", $$1, $$2}'
@@ -33,6 +33,9 @@ test: tools ## Run the whole test suite (helm 3 and helm 4).
 golden: tools ## Regenerate tests/golden/ from the chart; read the diff before committing.
 	$(PY) -m mooncake_pd --helm $(HELM) golden
 	git diff --stat -- tests/golden
+
+docs: tools ## Regenerate the README values table from chart/values.schema.json.
+	$(PY) -m mooncake_pd docs
 
 lint: tools ## ruff and helm lint --strict under both helm versions.
 	$(VENV)/bin/ruff check scripts tests

@@ -8,7 +8,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from mooncake_pd import engines, golden, helm, manifests, paths, summary, validate
+from mooncake_pd import docs, engines, golden, helm, manifests, paths, summary, validate
 
 
 def _render(args: argparse.Namespace) -> int:
@@ -22,8 +22,10 @@ def _render(args: argparse.Namespace) -> int:
     tmp = args.out.with_suffix(args.out.suffix + ".tmp")
     tmp.write_text(text)
     tmp.replace(args.out)
-    print(f"Wrote {args.out} ({len(objects)} objects, validated against Kubernetes "
-          f"{' and '.join(validate.KUBERNETES_VERSIONS)} and the Kthena CRDs).\n")
+    print(
+        f"Wrote {args.out} ({len(objects)} objects, validated against Kubernetes "
+        f"{' and '.join(validate.KUBERNETES_VERSIONS)} and the Kthena CRDs).\n"
+    )
     print(summary.summarize(objects, engines.entry_runs(objects)))
     return 0
 
@@ -34,13 +36,32 @@ def _golden(args: argparse.Namespace) -> int:
     return 0
 
 
+def _docs(args: argparse.Namespace) -> int:
+    readme = paths.REPO / "README.md"
+    current = readme.read_text()
+    wanted = docs.render_readme(current, docs.table(docs.load_schema(), docs.load_defaults()))
+    if args.check:
+        if current != wanted:
+            print("README.md values table is stale: run `make docs`", file=sys.stderr)
+            return 1
+        return 0
+    if current != wanted:
+        tmp = readme.with_suffix(".md.tmp")
+        tmp.write_text(wanted)
+        tmp.replace(readme)
+        print("README.md values table updated")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="mooncake-pd",
         description="Tooling for the mooncake-pd chart. Errors exit 2 (bad input) or 1 (invalid output).",
     )
     parser.add_argument(
-        "--helm", type=Path, default=paths.helm_binary(),
+        "--helm",
+        type=Path,
+        default=paths.helm_binary(),
         help="helm binary (default: the pinned helm 4 in .tools/helm; `make tools` installs it)",
     )
     sub = parser.add_subparsers(dest="command", required=True)
@@ -52,10 +73,15 @@ def build_parser() -> argparse.ArgumentParser:
         "against the Kubernetes OpenAPI schemas and the Kthena CRDs, write it to --out, and print "
         "roles, replicas, devices per pod, ports, KV connector and proxy endpoint.",
     )
-    render.add_argument("--values", "-f", type=Path, action="append", default=[],
-                        help="values file (repeatable), as for helm")
-    render.add_argument("--out", type=Path, default=Path("out/mooncake-pd.yaml"),
-                        help="where to write the manifests (default: out/mooncake-pd.yaml)")
+    render.add_argument(
+        "--values", "-f", type=Path, action="append", default=[], help="values file (repeatable), as for helm"
+    )
+    render.add_argument(
+        "--out",
+        type=Path,
+        default=Path("out/mooncake-pd.yaml"),
+        help="where to write the manifests (default: out/mooncake-pd.yaml)",
+    )
     render.add_argument("--release", default=paths.RELEASE, help=f"release name (default: {paths.RELEASE})")
     render.add_argument("--namespace", default=paths.NAMESPACE, help="namespace (default: default)")
     render.set_defaults(func=_render)
@@ -67,6 +93,15 @@ def build_parser() -> argparse.ArgumentParser:
         "Read `git diff tests/golden` before committing.",
     )
     gold.set_defaults(func=_golden)
+
+    doc = sub.add_parser(
+        "docs",
+        help="regenerate the README values table from chart/values.schema.json",
+        description="Replace the table between the values-table markers in README.md with one "
+        "generated from the schema (types, descriptions) and chart/values.yaml (defaults).",
+    )
+    doc.add_argument("--check", action="store_true", help="only check; exit 1 when README is stale")
+    doc.set_defaults(func=_docs)
     return parser
 
 
@@ -77,6 +112,6 @@ def main(argv: list[str] | None = None) -> int:
     except helm.HelmError as e:
         print(f"mooncake-pd: helm failed:\n{e}", file=sys.stderr)
         return 2
-    except validate.CrdsMissing as e:
+    except (validate.CrdsMissing, docs.DocsError) as e:
         print(f"mooncake-pd: {e}", file=sys.stderr)
         return 2

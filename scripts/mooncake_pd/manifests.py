@@ -15,9 +15,7 @@ def parse(text: str) -> list[Manifest]:
 
 
 def find(objects: list[Manifest], kind: str, name: str | None = None) -> list[Manifest]:
-    return [
-        o for o in objects if o.get("kind") == kind and (name is None or o["metadata"]["name"] == name)
-    ]
+    return [o for o in objects if o.get("kind") == kind and (name is None or o["metadata"]["name"] == name)]
 
 
 def one(objects: list[Manifest], kind: str, name: str | None = None) -> Manifest:

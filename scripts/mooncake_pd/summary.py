@@ -31,8 +31,9 @@ def summarize(objects: list[Manifest], runs: list[EngineRun]) -> str:
             f"devices per pod {_accelerator(container['resources'])}"
         )
         lines.append(
-            f"           ports: serve {ports['server']}, dp-rpc {ports['dp-rpc']}, "
-            f"kv {kv[0]}-{kv[-1]}" if kv else ""
+            f"           ports: serve {ports['server']}, dp-rpc {ports['dp-rpc']}, kv {kv[0]}-{kv[-1]}"
+            if kv
+            else ""
         )
     first = runs[0].serve["flags"]["kv-transfer-config"]
     sizes = first.get("kv_connector_extra_config", {})
@@ -51,8 +52,6 @@ def summarize(objects: list[Manifest], runs: list[EngineRun]) -> str:
         lines.append(f"Proxy: http://{name}.{namespace}.svc:{port}/v1/chat/completions")
     if not proxies:
         lines.append("Proxy: none (router.type)")
-    replica_services = [
-        s["metadata"]["name"] for s in find(objects, "Service") if s not in proxies
-    ]
+    replica_services = [s["metadata"]["name"] for s in find(objects, "Service") if s not in proxies]
     lines.append(f"Replica Services: {', '.join(replica_services)}")
     return "\n".join(line for line in lines if line)

@@ -1,0 +1,24 @@
+"""The Python tooling and tests are ruff clean (lint and format)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+from mooncake_pd import paths
+
+RUFF = Path(sys.executable).parent / "ruff"
+
+
+def test_ruff_check():
+    proc = subprocess.run(
+        [str(RUFF), "check", "scripts", "tests"], cwd=paths.REPO, capture_output=True, text=True
+    )
+    assert proc.returncode == 0, proc.stdout
+
+
+def test_ruff_format():
+    cmd = [str(RUFF), "format", "--check", "scripts", "tests"]
+    proc = subprocess.run(cmd, cwd=paths.REPO, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout

@@ -1,0 +1,102 @@
+"""values.schema.json documents and guards every key; the README table is generated from it."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import jsonschema
+import pytest
+
+from conftest import Renderer
+from mooncake_pd import docs, paths
+
+
+@pytest.fixture(scope="module")
+def schema() -> dict[str, Any]:
+    return docs.load_schema()
+
+
+@pytest.fixture(scope="module")
+def defaults() -> dict[str, Any]:
+    return docs.load_defaults()
+
+
+def test_defaults_satisfy_schema(schema, defaults):
+    jsonschema.Draft7Validator.check_schema(schema)
+    jsonschema.Draft7Validator(schema).validate(defaults)
+
+
+def _undocumented(values: Any, node: dict[str, Any], path: str) -> list[str]:
+    missing = []
+    if not isinstance(values, dict) or "properties" not in node:
+        return missing
+    for key, value in values.items():
+        sub = node["properties"].get(key)
+        if sub is None or not sub.get("description"):
+            missing.append(f"{path}{key}")
+        else:
+            missing += _undocumented(value, sub, f"{path}{key}.")
+    return missing
+
+
+def test_every_values_key_is_described(schema, defaults):
+    assert _undocumented(defaults, schema, "") == []
+
+
+def _objects(node: dict[str, Any], path: str = "") -> list[tuple[str, dict[str, Any]]]:
+    found = [(path or "(root)", node)] if "properties" in node else []
+    for key, sub in node.get("properties", {}).items():
+        found += _objects(sub, f"{path}{key}.")
+    return found
+
+
+def test_every_schema_property_is_described_and_closed(schema):
+    for path, node in _objects(schema):
+        assert node.get("additionalProperties") is False, f"{path} accepts unknown keys"
+        for key, sub in node["properties"].items():
+            assert sub.get("description"), f"{path}{key} has no description"
+            assert "type" in sub, f"{path}{key} has no type"
+
+
+def test_readme_values_table_is_current(schema, defaults):
+    readme = (paths.REPO / "README.md").read_text()
+    assert readme == docs.render_readme(readme, docs.table(schema, defaults)), "run `make docs`"
+
+
+def test_readme_table_lists_every_schema_key(schema, defaults):
+    listed = {row[0] for row in docs.rows(schema, defaults)}
+    assert "prefill.parallelism.dataLocal" in listed
+    assert "proxy.service.type" in listed
+    assert len(listed) == sum(len(n["properties"]) for _, n in _objects(schema))
+
+
+@pytest.mark.parametrize(
+    ("overrides", "key"),
+    [
+        ({"prefill": {"replicas": "two"}}, "prefill.replicas|/prefill/replicas"),
+        ({"decode": {"parallelism": {"tensor": 0}}}, "decode.parallelism.tensor|/decode/parallelism/tensor"),
+        ({"proxy": {"prot": 8080}}, "prot"),
+        ({"replicas": 2}, "replicas"),
+        ({"decode": {"kvPort": None}}, "kvPort"),
+        ({"model": {"servedName": None}}, "servedName"),
+        ({"accelerator": {"type": "tpu"}}, "accelerator.type|/accelerator/type"),
+        ({"prefill": {"env": {"BAD-NAME": "x"}}}, "BAD-NAME|/prefill/env"),
+        ({"engine": {"args": {"--seed": 1}}}, "--seed|/engine/args"),
+    ],
+    ids=[
+        "wrong-type",
+        "below-minimum",
+        "unknown-key",
+        "unknown-top-level-key",
+        "missing-required",
+        "missing-required-model",
+        "not-in-enum",
+        "bad-env-name",
+        "bad-flag-name",
+    ],
+)
+def test_schema_errors_name_the_key(render: Renderer, overrides, key):
+    message = render.error(overrides=overrides)
+    assert "schema" in message
+    assert re.search(key, message), message
