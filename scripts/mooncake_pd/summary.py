@@ -37,9 +37,14 @@ def summarize(objects: list[Manifest], runs: list[EngineRun]) -> str:
         )
     first = runs[0].serve["flags"]["kv-transfer-config"]
     sizes = first.get("kv_connector_extra_config", {})
+    views = ", ".join(
+        f"{role} TP {sizes[role]['tp_size']} / DP {sizes[role]['dp_size']}"
+        for role in ("prefill", "decode")
+        if role in sizes
+    )
     lines.append(
-        f"KV connector: {first['kv_connector']} ({first.get('kv_connector_module_path', 'built-in')}); "
-        f"prefill tp/dp {sizes.get('prefill')}, decode tp/dp {sizes.get('decode')}"
+        f"KV connector: {first['kv_connector']} ({first.get('kv_connector_module_path', 'built-in')})"
+        + (f"; connector's view: {views}" if views else "")
     )
     for run in runs:
         kv = run.serve["flags"]["kv-transfer-config"]

@@ -1,0 +1,54 @@
+"""`make render` (python -m mooncake_pd render): writes validated manifests and a summary."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from mooncake_pd import manifests, paths
+
+BAD = Path(__file__).parent / "bad-values" / "ports-serving-ports-equal.yaml"
+
+
+def cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "mooncake_pd", *args], capture_output=True, text=True, cwd=paths.REPO
+    )
+
+
+@pytest.mark.parametrize("version", paths.HELM_VERSIONS)
+def test_render_writes_and_summarises(tmp_path: Path, version: str):
+    out = tmp_path / "out" / "deploy.yaml"
+    proc = cli("--helm", str(paths.helm_binary(version)), "render", "--out", str(out))
+    assert proc.returncode == 0, proc.stderr
+    objects = manifests.parse(out.read_text())
+    assert {o["kind"] for o in objects} == {"ConfigMap", "ModelServing", "Service", "Deployment", "Pod"}
+    summary = proc.stdout
+    for expected in [
+        "ModelServing deepseek-pd: 1 serving group(s)",
+        "prefill  replicas 1 (+0 workers), TP 2 x DP 4, devices per pod 8 x huawei.com/ascend-1980",
+        "ports: serve 7101, dp-rpc 12322, kv 18100-18107",
+        "KV connector: MooncakeConnectorV1",
+        "prefill: kv_producer, kv_port 18000, engine_id deepseek-pd-0_prefill-0",
+        "Proxy: http://deepseek-pd-proxy.default.svc:8080/v1/chat/completions",
+    ]:
+        assert expected in summary
+    assert len(summary.splitlines()) <= 24, "the summary must fit one screen"
+
+
+def test_render_refuses_bad_values_and_writes_nothing(tmp_path: Path):
+    out = tmp_path / "deploy.yaml"
+    proc = cli("render", "--values", str(BAD), "--out", str(out))
+    assert proc.returncode == 2
+    assert "decode.port: ports 7100-7100 overlap prefill.port" in proc.stderr
+    assert not out.exists()
+
+
+def test_help_explains_every_command():
+    proc = cli("--help")
+    assert proc.returncode == 0
+    for command in ("render", "golden", "docs"):
+        assert command in proc.stdout
