@@ -7,6 +7,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 HELM_VERSIONS := 3.17.2 4.1.4
 HELM ?= .tools/helm/4.1.4/helm
+CHECKOV_STAMP := .tools/checkov/.installed
 
 .PHONY: help tools helm render test golden docs lint clean
 
@@ -19,10 +20,15 @@ $(STAMP): requirements.txt pyproject.toml
 	$(PY) -m pip install --quiet -r requirements.txt -e .
 	touch $@
 
+$(CHECKOV_STAMP): requirements-checkov.txt
+	$(PYTHON) -m venv .tools/checkov
+	.tools/checkov/bin/python -m pip install --quiet -r requirements-checkov.txt
+	touch $@
+
 helm: ## Install the pinned helm binaries (checksummed) into .tools/helm.
 	scripts/install-helm.sh $(HELM_VERSIONS)
 
-tools: $(STAMP) helm ## Install everything the other targets need.
+tools: $(STAMP) $(CHECKOV_STAMP) helm ## Install everything the other targets need.
 
 render: tools ## Render the chart with its defaults, validate it, write out/ and print a summary.
 	$(PY) -m mooncake_pd --helm $(HELM) render --out out/mooncake-pd.yaml

@@ -25,6 +25,13 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 app.kubernetes.io/part-of: mooncake-pd
 {{- end }}
 
+{{/* The engine image reference: repository:tag, with @digest when image.digest is set. */}}
+{{- define "mooncake-pd.image" -}}
+{{- $image := printf "%s:%s" .Values.image.repository .Values.image.tag -}}
+{{- with .Values.image.digest }}{{ $image = printf "%s@%s" $image . }}{{ end -}}
+{{- $image -}}
+{{- end }}
+
 {{/* Pod template labels: no chart or app version, so an upgrade that changes neither the
 pod spec nor the scripts does not restart engines. (dict "root" $ "component" "proxy") */}}
 {{- define "mooncake-pd.podLabels" -}}

@@ -25,3 +25,8 @@ def crds_dir() -> Path:
 def helm_binary(version: str = DEFAULT_HELM_VERSION) -> Path:
     """The pinned helm binary that scripts/install-helm.sh puts in .tools/helm/<version>/."""
     return TOOLS_DIR / "helm" / version / "helm"
+
+
+def checkov_binary() -> Path:
+    """checkov in its own venv (`make tools`): its pins clash with the test venv's."""
+    return TOOLS_DIR / "checkov" / "bin" / "checkov"
