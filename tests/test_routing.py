@@ -13,26 +13,8 @@ from typing import ClassVar
 import pytest
 
 from conftest import Rendered, Renderer, assert_valid
-from mooncake_pd.engines import KTHENA, PodIdentity
-
-
-def kthena_labels(pod: PodIdentity) -> dict[str, str]:
-    """The labels Kthena's controller puts on a pod (facts.md)."""
-    labels = {
-        f"{KTHENA}/name": pod.modelserving,
-        f"{KTHENA}/group-name": f"{pod.modelserving}-{pod.group}",
-        f"{KTHENA}/role": pod.role,
-        f"{KTHENA}/role-id": f"{pod.role}-{pod.replica}",
-        f"{KTHENA}/revision": "any",
-    }
-    if pod.index == 0:
-        labels[f"{KTHENA}/entry"] = "true"
-    return labels
-
-
-def selects(service: dict, pod: PodIdentity) -> bool:
-    labels = kthena_labels(pod)
-    return all(labels.get(k) == v for k, v in service["spec"]["selector"].items())
+from kthena_pods import selects
+from mooncake_pd.engines import PodIdentity
 
 
 def proxy_endpoints(rendered: Rendered) -> dict[str, list[tuple[str, str]]]:

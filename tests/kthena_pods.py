@@ -1,0 +1,37 @@
+"""The pods Kthena creates for a ModelServing, as the tests model them (facts.md)."""
+
+from __future__ import annotations
+
+from mooncake_pd.engines import KTHENA, PodIdentity
+
+
+def kthena_labels(pod: PodIdentity) -> dict[str, str]:
+    """The labels Kthena's controller puts on a pod (facts.md)."""
+    labels = {
+        f"{KTHENA}/name": pod.modelserving,
+        f"{KTHENA}/group-name": f"{pod.modelserving}-{pod.group}",
+        f"{KTHENA}/role": pod.role,
+        f"{KTHENA}/role-id": f"{pod.role}-{pod.replica}",
+        f"{KTHENA}/revision": "any",
+    }
+    if pod.index == 0:
+        labels[f"{KTHENA}/entry"] = "true"
+    return labels
+
+
+def selects(service: dict, pod: PodIdentity) -> bool:
+    labels = kthena_labels(pod)
+    return all(labels.get(k) == v for k, v in service["spec"]["selector"].items())
+
+
+def expected_pods(modelserving: dict) -> list[PodIdentity]:
+    """Every pod (entry and workers) Kthena creates for the ModelServing."""
+    name = modelserving["metadata"]["name"]
+    spec = modelserving["spec"]
+    return [
+        PodIdentity(name, g, role["name"], r, i, workers=role["workerReplicas"])
+        for g in range(spec["replicas"])
+        for role in spec["template"]["roles"]
+        for r in range(role["replicas"])
+        for i in range(role["workerReplicas"] + 1)
+    ]
