@@ -56,9 +56,7 @@ class Renderer:
                 self._cache[key] = e
         return self._cache[key]
 
-    def __call__(
-        self, values_files: tuple[Path, ...] = (), overrides: dict[str, Any] | None = None
-    ) -> Rendered:
+    def __call__(self, values_files: tuple[Path, ...] = (), overrides: dict[str, Any] | None = None) -> Rendered:
         result = self._get(tuple(values_files), overrides)
         if isinstance(result, helm.HelmError):
             raise result
@@ -92,9 +90,7 @@ def defaults(render: Renderer) -> Rendered:
 def crds() -> Path:
     folder = paths.crds_dir()
     if not folder.is_dir():
-        pytest.skip(
-            f"Kthena CRDs not found at {folder}: set KTHENA_CRDS_DIR or put ../shared beside the repo"
-        )
+        pytest.skip(f"Kthena CRDs not found at {folder}: set KTHENA_CRDS_DIR or put ../shared beside the repo")
     return folder
 
 

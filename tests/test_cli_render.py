@@ -14,9 +14,7 @@ BAD = Path(__file__).parent / "bad-values" / "ports-serving-ports-equal.yaml"
 
 
 def cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "mooncake_pd", *args], capture_output=True, text=True, cwd=paths.REPO
-    )
+    return subprocess.run([sys.executable, "-m", "mooncake_pd", *args], capture_output=True, text=True, cwd=paths.REPO)
 
 
 @pytest.mark.parametrize("version", paths.HELM_VERSIONS)

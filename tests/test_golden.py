@@ -44,9 +44,7 @@ def test_templates_use_no_cluster_random_or_time_functions():
         if path.is_file():
             actions += [(path.name, a) for a in re.findall(r"{{(.*?)}}", path.read_text(), re.S)]
     assert actions, "no template actions found"
-    offending = [
-        (name, a.strip()) for name, a in actions if NONDETERMINISTIC.search(re.sub(r'"[^"]*"', "", a))
-    ]
+    offending = [(name, a.strip()) for name, a in actions if NONDETERMINISTIC.search(re.sub(r'"[^"]*"', "", a))]
     assert offending == []
 
 
@@ -58,7 +56,5 @@ def test_golden_command_regenerates_identically(tmp_path):
 
 
 def test_helm_lint_strict(render: Renderer):
-    proc = subprocess.run(
-        [str(render.binary), "lint", "--strict", str(paths.CHART)], capture_output=True, text=True
-    )
+    proc = subprocess.run([str(render.binary), "lint", "--strict", str(paths.CHART)], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stdout + proc.stderr

@@ -32,9 +32,7 @@ def test_bad_values_fail_with_their_message(render: Renderer, path: Path):
 
 
 def test_all_broken_rules_are_reported_together(render: Renderer):
-    message = render.error(
-        overrides={"decode": {"port": 7100, "kvPort": 28100}, "prefill": {"args": {"port": 1}}}
-    )
+    message = render.error(overrides={"decode": {"port": 7100, "kvPort": 28100}, "prefill": {"args": {"port": 1}}})
     assert message.count("\n  - ") == 3, message
 
 

@@ -12,9 +12,7 @@ RUFF = Path(sys.executable).parent / "ruff"
 
 
 def test_ruff_check():
-    proc = subprocess.run(
-        [str(RUFF), "check", "scripts", "tests"], cwd=paths.REPO, capture_output=True, text=True
-    )
+    proc = subprocess.run([str(RUFF), "check", "scripts", "tests"], cwd=paths.REPO, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stdout
 
 

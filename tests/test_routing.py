@@ -18,9 +18,7 @@ from mooncake_pd.engines import PodIdentity
 
 
 def proxy_endpoints(rendered: Rendered) -> dict[str, list[tuple[str, str]]]:
-    args = rendered.one("Deployment", "deepseek-pd-proxy")["spec"]["template"]["spec"]["containers"][0][
-        "args"
-    ]
+    args = rendered.one("Deployment", "deepseek-pd-proxy")["spec"]["template"]["spec"]["containers"][0]["args"]
 
     def values(flag: str) -> list[str]:
         start = args.index(flag) + 1
@@ -63,8 +61,7 @@ def test_proxy_reaches_every_entry_pod_once(render: Renderer, overrides):
         assert sorted(covered, key=lambda p: (p.group, p.replica)) == pods
         # Workers (index > 0) are never selected: requests go to the entry pod.
         assert not any(
-            selects(services[h.split(".")[0]], PodIdentity("deepseek-pd", 0, role["name"], 0, 1))
-            for h, _ in listed
+            selects(services[h.split(".")[0]], PodIdentity("deepseek-pd", 0, role["name"], 0, 1)) for h, _ in listed
         )
 
 

@@ -29,9 +29,7 @@ IDS = [f"g{g}-p{p}-w{w}-{r}" for g, p, w, r in MATRIX]
 
 
 @pytest.mark.parametrize(("groups", "prefills", "workers", "router"), MATRIX, ids=IDS)
-def test_matrix_renders_validates_and_covers_every_pod(
-    render: Renderer, crds, groups, prefills, workers, router
-):
+def test_matrix_renders_validates_and_covers_every_pod(render: Renderer, crds, groups, prefills, workers, router):
     rendered = render(overrides=scenario(groups, prefills, workers, router))
     assert_valid(rendered, crds)
     for obj in rendered.objects:
@@ -103,9 +101,7 @@ def test_proxy_lists_follow_replicas(render: Renderer):
     assert args[args.index("--decoder-ports") + 1 :] == ["7101"] * 8
 
 
-THREE_NODE_DECODE = {
-    "decode": {"workerReplicas": 2, "parallelism": {"tensor": 1, "data": 12, "dataLocal": 4}}
-}
+THREE_NODE_DECODE = {"decode": {"workerReplicas": 2, "parallelism": {"tensor": 1, "data": 12, "dataLocal": 4}}}
 
 
 def test_multi_node_ranks_are_consistent(render: Renderer):
@@ -201,7 +197,5 @@ def test_separated_roles_may_share_port_numbers(render: Renderer, crds):
     """On different nodes the roles may reuse each other's ports; within a role they still may not."""
     same = {"port": 7100, "dataParallelRpcPort": 12321, "kvPort": 18000}
     assert_valid(render(overrides={"placement": {"separateRoles": True}, "decode": same}), crds)
-    message = render.error(
-        overrides={"placement": {"separateRoles": True}, "decode": {"dataParallelRpcPort": 18100}}
-    )
+    message = render.error(overrides={"placement": {"separateRoles": True}, "decode": {"dataParallelRpcPort": 18100}})
     assert "decode.kvPort: ports 18100-18107 overlap decode.dataParallelRpcPort" in message

@@ -111,8 +111,6 @@ def test_image_digest_pins_every_pod(render):
     digest = "sha256:" + "ab" * 32
     rendered = render(overrides={"image": {"digest": digest}})
     images = [rendered.container(role)["image"] for role in ("prefill", "decode")]
-    images += [
-        rendered.one("Deployment", "deepseek-pd-proxy")["spec"]["template"]["spec"]["containers"][0]["image"]
-    ]
+    images += [rendered.one("Deployment", "deepseek-pd-proxy")["spec"]["template"]["spec"]["containers"][0]["image"]]
     images += [rendered.one("Pod", "deepseek-pd-test")["spec"]["containers"][0]["image"]]
     assert set(images) == {f"quay.io/ascend/vllm-ascend:v0.13.0-a3@{digest}"}

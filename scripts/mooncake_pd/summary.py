@@ -31,9 +31,7 @@ def summarize(objects: list[Manifest], runs: list[EngineRun]) -> str:
             f"devices per pod {_accelerator(container['resources'])}"
         )
         lines.append(
-            f"           ports: serve {ports['server']}, dp-rpc {ports['dp-rpc']}, kv {kv[0]}-{kv[-1]}"
-            if kv
-            else ""
+            f"           ports: serve {ports['server']}, dp-rpc {ports['dp-rpc']}, kv {kv[0]}-{kv[-1]}" if kv else ""
         )
     first = runs[0].serve["flags"]["kv-transfer-config"]
     sizes = first.get("kv_connector_extra_config", {})

@@ -1,0 +1,284 @@
+"""Values from a model's config.json: the topology the user asks for, checked, plus the keys
+derived from the model (head_dim override, MLA, quantization, max-num-seqs that fit)."""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+from typing import Any
+
+import yaml
+
+from mooncake_pd import model as modelmod
+from mooncake_pd import paths
+
+ROLES = ("prefill", "decode")
+# A derived key that must be absent from the values file (None, by contrast, writes null,
+# which makes helm drop the chart's default: `head_dim: null` means "no head_dim override").
+REMOVE = "<remove>"
+
+
+@dataclass(frozen=True)
+class Accelerator:
+    type: str
+    devices_per_node: int
+    hbm_gib: float
+    image_tag: str
+
+
+# Must agree with the chart's profiles (mooncake-pd.accelerator); a test checks it.
+ACCELERATORS = {
+    "ascend-a3": Accelerator("ascend-a3", 16, 64, "v0.13.0-a3"),
+    "ascend-a2": Accelerator("ascend-a2", 8, 64, "v0.13.0"),
+}
+
+
+class GenerateError(ValueError):
+    """The options cannot work; the message names the option and the valid choices."""
+
+
+@dataclass(frozen=True)
+class RoleTopology:
+    tensor: int
+    data: int
+    nodes: int = 1
+    replicas: int = 1
+
+    @property
+    def data_local(self) -> int:
+        return self.data // self.nodes
+
+
+@dataclass
+class Result:
+    values: dict[str, Any]
+    fits: list[modelmod.RoleFit]
+    notes: list[str] = field(default_factory=list)
+
+
+def chart_defaults() -> dict[str, Any]:
+    return yaml.safe_load((paths.CHART / "values.yaml").read_text())
+
+
+def merged(base: Any, override: Any) -> Any:
+    """override over base, maps merged key by key as helm merges values files."""
+    if isinstance(base, dict) and isinstance(override, dict):
+        out = dict(base)
+        for key, value in override.items():
+            out[key] = merged(base.get(key), value) if key in base else copy.deepcopy(value)
+        return out
+    return copy.deepcopy(override)
+
+
+def _divisors(n: int, limit: int) -> list[int]:
+    return [d for d in range(1, min(n, limit) + 1) if n % d == 0]
+
+
+def check_topology(model: modelmod.Model, accelerator: Accelerator, roles: dict[str, RoleTopology]) -> None:
+    """Raise GenerateError naming the option when a role's parallelism cannot work."""
+    per_node = accelerator.devices_per_node
+    for role, t in roles.items():
+        valid = ", ".join(map(str, _divisors(model.num_attention_heads, per_node)))
+        if model.num_attention_heads % t.tensor:
+            raise GenerateError(
+                f"--{role}-tp {t.tensor}: num_attention_heads ({model.num_attention_heads}) is not divisible "
+                f"by it; valid on {accelerator.type}: {valid}"
+            )
+        if t.data % t.nodes:
+            raise GenerateError(
+                f"--{role}-dp {t.data}: not divisible by --{role}-nodes {t.nodes}; valid --{role}-dp: "
+                f"multiples of {t.nodes}"
+            )
+        devices = t.tensor * t.data_local
+        if devices > per_node:
+            local_ok = [d * t.nodes for d in range(1, per_node // t.tensor + 1)]
+            raise GenerateError(
+                f"--{role}-tp {t.tensor} x --{role}-dp {t.data} / --{role}-nodes {t.nodes} = {devices} devices per "
+                f"pod, above the {per_node} of an {accelerator.type} node; valid --{role}-dp with this TP: "
+                f"{', '.join(map(str, local_ok))}, or more --{role}-nodes"
+            )
+    p, d = roles["prefill"].tensor, roles["decode"].tensor
+    if p < d:
+        raise GenerateError(
+            f"--prefill-tp {p}: below --decode-tp {d}; MooncakeConnectorV1 needs prefill TP >= decode TP"
+        )
+    if not model.is_mla and p % d:
+        valid = ", ".join(str(x) for x in _divisors(p, p) if model.num_attention_heads % x == 0)
+        raise GenerateError(
+            f"--decode-tp {d}: --prefill-tp {p} is not a multiple of it (required for non-MLA models); "
+            f"valid --decode-tp: {valid}"
+        )
+
+
+def derived(model: modelmod.Model, effective: dict[str, Any], *, force: bool = False) -> tuple[dict[str, Any], Result]:
+    """The model-derived keys for a values set (`effective`: chart defaults merged with the
+    file), as {dotted key: value or None to remove}, and the fit estimate behind them."""
+    accelerator = ACCELERATORS.get(effective["accelerator"]["type"])
+    if accelerator is None:
+        raise GenerateError(
+            f"accelerator.type {effective['accelerator']['type']!r}: use one of {', '.join(ACCELERATORS)}"
+        )
+    notes: list[str] = []
+    max_model_len = int(effective["model"]["maxModelLen"])
+    limit = model.max_position_embeddings
+    if limit and max_model_len > limit:
+        if not force:
+            raise GenerateError(
+                f"--max-model-len {max_model_len}: above max_position_embeddings ({limit}) of {model.path}; "
+                f"use at most {limit}, or --force if the model's rope scaling allows more"
+            )
+        notes.append(f"WARNING: max-model-len {max_model_len} is above max_position_embeddings ({limit}) (--force)")
+    if model.rope_scaling:
+        kind = model.rope_scaling.get("rope_type") or model.rope_scaling.get("type")
+        notes.append(
+            f"rope scaling {kind} (factor {model.rope_scaling.get('factor')}): applied by vLLM from config.json"
+        )
+    if model.quantization:
+        method = model.quantization.get("quant_method", "?")
+        notes.append(
+            f"WARNING: config.json has quantization_config (quant_method {method}): check that vLLM-Ascend "
+            "supports it on this accelerator; Ascend W8A8 weights need engine.args.quantization: ascend"
+        )
+    if model.ascend_quantization:
+        notes.append(f"Ascend quantized weights ({model.ascend_quantization}): engine.args.quantization: ascend")
+
+    keys: dict[str, Any] = {
+        "model.mla": model.is_mla,
+        "model.hfOverrides.head_dim": model.head_dim if model.needs_head_dim_override else None,
+        "engine.args.quantization": "ascend" if model.ascend_quantization else REMOVE,
+    }
+    fits = []
+    for role in ROLES:
+        v = effective[role]
+        args = merged(effective["engine"].get("args") or {}, v.get("args") or {})
+        par = v["parallelism"]
+        result = modelmod.fit(
+            model,
+            role=role,
+            tensor=int(par["tensor"]),
+            data=int(par["data"]),
+            hbm_gib=accelerator.hbm_gib,
+            memory_utilization=float(args.get("gpu-memory-utilization", 0.9)),
+            max_num_batched_tokens=int(args.get("max-num-batched-tokens", 8192)),
+            max_num_seqs=int(args.get("max-num-seqs", 256)),
+            max_model_len=max_model_len,
+            expert_parallel=bool(args.get("enable-expert-parallel")),
+        )
+        if result.kv_gib <= 0:
+            hint = " or --enable-expert-parallel" if modelmod.parameters(model)[1] else ""
+            raise GenerateError(
+                f"--{role}-tp {result.tensor}: {result.weights_gib:.1f} GiB of weights and "
+                f"{result.activations_gib:.1f} GiB of activations per device leave no room for the KV cache "
+                f"in {result.usable_gib:.1f} GiB; raise --{role}-tp{hint}"
+            )
+        if result.kv_tokens_per_rank < max_model_len:
+            raise GenerateError(
+                f"--max-model-len {max_model_len}: needs {max_model_len} tokens of KV cache per DP rank, but "
+                f"{role} (TP {result.tensor}) fits {result.kv_tokens_per_rank}; lower --max-model-len or raise "
+                f"--{role}-tp"
+            )
+        seqs = min(result.max_num_seqs, result.seqs_that_fit)
+        if seqs < result.max_num_seqs:
+            notes.append(
+                f"{role}: max-num-seqs lowered from {result.max_num_seqs} to {seqs} so that "
+                f"max-num-seqs x max-model-len fits the KV cache"
+            )
+            result = modelmod.RoleFit(**{**result.__dict__, "max_num_seqs": seqs})
+        keys[f"{role}.args.max-num-seqs"] = seqs
+        fits.append(result)
+    return keys, Result(values={}, fits=fits, notes=notes)
+
+
+def set_dotted(values: dict[str, Any], key: str, value: Any) -> None:
+    """Set a.b.c (REMOVE deletes it), creating maps on the way; flag names keep their dashes.
+    Maps left empty by a removal are removed too."""
+    parts = key.split(".")
+    trail = [values]
+    for part in parts[:-1]:
+        if value is REMOVE and part not in trail[-1]:
+            return
+        trail.append(trail[-1].setdefault(part, {}))
+    if value is REMOVE:
+        trail[-1].pop(parts[-1], None)
+        for parent, part in zip(reversed(trail[:-1]), reversed(parts[:-1]), strict=True):
+            if parent[part] == {}:
+                del parent[part]
+    else:
+        trail[-1][parts[-1]] = value
+
+
+def generate(
+    model: modelmod.Model,
+    *,
+    accelerator: str,
+    roles: dict[str, RoleTopology],
+    served_name: str,
+    model_path: str,
+    max_model_len: int | None,
+    image: str | None,
+    expert_parallel: bool = False,
+    force: bool = False,
+) -> Result:
+    """A values overlay for the chart: topology and model keys, checked against the model."""
+    profile = ACCELERATORS[accelerator]
+    check_topology(model, profile, roles)
+    defaults = chart_defaults()
+    length = max_model_len or min(defaults["model"]["maxModelLen"], model.max_position_embeddings or 10**9)
+    values: dict[str, Any] = {"accelerator": {"type": accelerator}}
+    values["image"] = {"tag": profile.image_tag} if image is None else _image(image)
+    values["model"] = {"path": model_path, "servedName": served_name, "maxModelLen": length}
+    if expert_parallel:
+        values["engine"] = {"args": {"enable-expert-parallel": True}}
+    for role, t in roles.items():
+        values[role] = {
+            "replicas": t.replicas,
+            "workerReplicas": t.nodes - 1,
+            # The guide passes --data-parallel-size-local to prefill only; a single-node decode
+            # leaves it to vLLM (null), a multi-node role always sets it.
+            "parallelism": {
+                "tensor": t.tensor,
+                "data": t.data,
+                "dataLocal": t.data_local if (role == "prefill" or t.nodes > 1) else None,
+            },
+        }
+    keys, result = derived(model, merged(defaults, values), force=force)
+    for key, value in keys.items():
+        set_dotted(values, key, value)
+    result.values = values
+    return result
+
+
+def _image(image: str) -> dict[str, str]:
+    repository, _, tag = image.rpartition(":")
+    if not repository or "/" in tag:
+        raise GenerateError(f"--image {image!r}: give repository:tag")
+    return {"repository": repository, "tag": tag}
+
+
+def fit_table(fits: list[modelmod.RoleFit]) -> str:
+    header = (
+        "role",
+        "TP x DP",
+        "KV B/token/dev",
+        "weights GiB/dev",
+        "activ. GiB",
+        "KV GiB/dev",
+        "KV tokens/rank",
+        "seqs x len",
+    )
+    rows = [header]
+    for f in fits:
+        rows.append(
+            (
+                f.role,
+                f"{f.tensor} x {f.data}",
+                f"{f.kv_bytes_per_token:,}",
+                f"{f.weights_gib:.1f}",
+                f"{f.activations_gib:.1f}",
+                f"{f.kv_gib:.1f}",
+                f"{f.kv_tokens_per_rank:,}",
+                f"{f.max_num_seqs} x {f.max_model_len:,}",
+            )
+        )
+    widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows)

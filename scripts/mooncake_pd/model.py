@@ -1,0 +1,252 @@
+"""A model's config.json, read and checked, and what it implies for serving it: head_dim, MLA,
+weights and KV-cache bytes per device, and how many tokens of KV cache fit.
+
+The estimate (README, `generate --help`):
+  KV bytes per token per device
+    standard attention: 2 x layers x KV heads on the device x head_dim x dtype bytes, where a
+    device holds ceil(KV heads / TP) heads, at least 1 (KV heads are replicated when fewer than TP)
+    MLA: layers x (kv_lora_rank + qk_rope_head_dim) x dtype bytes (the latent is replicated per TP rank)
+  weights per device: parameters counted from config.json x bytes per weight / TP; routed experts
+    / (TP x DP) with --enable-expert-parallel
+  memory for KV per device: HBM x gpu-memory-utilization - weights - activations, activations
+    estimated (not profiled) as 2 GiB + max-num-batched-tokens x hidden_size x 12 bytes
+  KV tokens per DP rank: that memory / KV bytes per token per device; each DP rank has its own cache.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+GIB = 1024**3
+
+# Architectures whose config fields the estimate understands.
+KNOWN_ARCHITECTURES = (
+    "Qwen2ForCausalLM",
+    "Qwen3ForCausalLM",
+    "Qwen2MoeForCausalLM",
+    "Qwen3MoeForCausalLM",
+    "LlamaForCausalLM",
+    "MistralForCausalLM",
+    "DeepseekV2ForCausalLM",
+    "DeepseekV3ForCausalLM",
+)
+DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
+
+
+class ModelError(ValueError):
+    """config.json is missing, unreadable or lacks a field; the message names file and field."""
+
+
+@dataclass(frozen=True)
+class Model:
+    """The fields of config.json that serving depends on."""
+
+    path: Path
+    architecture: str
+    hidden_size: int
+    num_attention_heads: int
+    num_hidden_layers: int
+    num_key_value_heads: int
+    head_dim_in_config: int | None
+    max_position_embeddings: int | None
+    vocab_size: int
+    intermediate_size: int
+    dtype: str
+    tie_word_embeddings: bool
+    rope_scaling: dict[str, Any] | None
+    quantization: dict[str, Any] | None
+    ascend_quantization: str | None
+    raw: dict[str, Any]
+
+    @property
+    def is_mla(self) -> bool:
+        return "kv_lora_rank" in self.raw
+
+    @property
+    def head_dim(self) -> int:
+        """head_dim from config.json, else hidden_size // num_attention_heads (what vLLM's Qwen2 uses)."""
+        return self.head_dim_in_config or self.hidden_size // self.num_attention_heads
+
+    @property
+    def needs_head_dim_override(self) -> bool:
+        """vLLM-Ascend's decode reads hf_text_config.head_dim: config.json must have it (facts.md)."""
+        return self.head_dim_in_config is None and not self.is_mla
+
+    @property
+    def dtype_bytes(self) -> int:
+        return DTYPE_BYTES.get(self.dtype, 2)
+
+    @property
+    def weight_bytes(self) -> float:
+        """Bytes per weight: 1 for Ascend W8A8, bits/8 from quantization_config, else the dtype's."""
+        if self.ascend_quantization:
+            return 1.0
+        bits = (self.quantization or {}).get("bits")
+        if isinstance(bits, int):
+            return bits / 8
+        if (self.quantization or {}).get("quant_method") == "fp8":
+            return 1.0
+        return float(self.dtype_bytes)
+
+
+def _int(config: dict[str, Any], field: str, file: Path, default: int | None = None, *, required: bool = True) -> int:
+    value = config.get(field, default)
+    if value is None:
+        if required:
+            raise ModelError(f"{file}: {field}: missing; config.json must give it as an integer")
+        return 0
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ModelError(f"{file}: {field}: {value!r} is not an integer")
+    if value <= 0:
+        raise ModelError(f"{file}: {field}: {value} must be positive")
+    return value
+
+
+def config_path(model: Path) -> Path:
+    """config.json of a model directory, or the path itself when it names a file."""
+    return model / "config.json" if model.is_dir() else model
+
+
+def load(model: Path) -> Model:
+    """Read and check a model's config.json (a directory or the file itself)."""
+    file = config_path(model)
+    if not model.exists():
+        raise ModelError(f"{model}: no such directory or file")
+    if not file.is_file():
+        raise ModelError(f"{file}: missing; point --model-dir at a directory holding config.json")
+    try:
+        config = json.loads(file.read_text())
+    except json.JSONDecodeError as e:
+        raise ModelError(f"{file}: invalid JSON at line {e.lineno} column {e.colno}: {e.msg}") from None
+    if not isinstance(config, dict):
+        raise ModelError(f"{file}: (root): must be a JSON object")
+    architectures = config.get("architectures") or []
+    architecture = architectures[0] if isinstance(architectures, list) and architectures else None
+    if architecture not in KNOWN_ARCHITECTURES:
+        raise ModelError(
+            f"{file}: architectures: {architecture!r} is not one the estimate knows; known: "
+            + ", ".join(KNOWN_ARCHITECTURES)
+        )
+    heads = _int(config, "num_attention_heads", file)
+    head_dim = config.get("head_dim")
+    if head_dim is not None:
+        head_dim = _int(config, "head_dim", file)
+    description = model / "quant_model_description.json" if model.is_dir() else None
+    ascend_quantization = None
+    if description and description.is_file():
+        ascend_quantization = str(json.loads(description.read_text()).get("model_quant_type", "W8A8"))
+    return Model(
+        path=file,
+        architecture=architecture,
+        hidden_size=_int(config, "hidden_size", file),
+        num_attention_heads=heads,
+        num_hidden_layers=_int(config, "num_hidden_layers", file),
+        num_key_value_heads=_int(config, "num_key_value_heads", file, heads),
+        head_dim_in_config=head_dim,
+        max_position_embeddings=_int(config, "max_position_embeddings", file, required=False) or None,
+        vocab_size=_int(config, "vocab_size", file, required=False),
+        intermediate_size=_int(config, "intermediate_size", file, required=False),
+        dtype=str(config.get("torch_dtype") or "bfloat16"),
+        tie_word_embeddings=bool(config.get("tie_word_embeddings", False)),
+        rope_scaling=config.get("rope_scaling") or None,
+        quantization=config.get("quantization_config") or None,
+        ascend_quantization=ascend_quantization,
+        raw=config,
+    )
+
+
+def kv_bytes_per_token(model: Model, tensor: int) -> int:
+    """KV-cache bytes one token takes on one device of a TP group."""
+    if model.is_mla:
+        latent = int(model.raw["kv_lora_rank"]) + int(model.raw.get("qk_rope_head_dim", 0))
+        return model.num_hidden_layers * latent * model.dtype_bytes
+    heads_per_device = max(1, math.ceil(model.num_key_value_heads / tensor))
+    return 2 * model.num_hidden_layers * heads_per_device * model.head_dim * model.dtype_bytes
+
+
+def parameters(model: Model) -> tuple[int, int]:
+    """(parameters outside routed experts, parameters of routed experts), counted from config.json."""
+    c, h, layers = model.raw, model.hidden_size, model.num_hidden_layers
+    heads, kv, hd = model.num_attention_heads, model.num_key_value_heads, model.head_dim
+    embeddings = model.vocab_size * h * (1 if model.tie_word_embeddings else 2)
+    if model.is_mla:
+        rope, nope = int(c.get("qk_rope_head_dim", 0)), int(c.get("qk_nope_head_dim", hd))
+        v, latent, q_rank = int(c.get("v_head_dim", hd)), int(c["kv_lora_rank"]), c.get("q_lora_rank")
+        q = h * q_rank + q_rank * heads * (nope + rope) if q_rank else h * heads * (nope + rope)
+        attention = q + h * (latent + rope) + latent * heads * (nope + v) + heads * v * h
+    else:
+        attention = 2 * h * heads * hd + 2 * h * kv * hd
+    experts = int(c.get("n_routed_experts") or c.get("num_experts") or 0)
+    dense_mlp = 3 * h * model.intermediate_size
+    if not experts:
+        return embeddings + layers * (attention + dense_mlp), 0
+    expert_size = 3 * h * int(c.get("moe_intermediate_size") or model.intermediate_size)
+    dense_layers = int(c.get("first_k_dense_replace", 0))
+    moe_layers = layers - dense_layers
+    shared = int(c.get("n_shared_experts") or 0) * expert_size + h * experts
+    rest = embeddings + layers * attention + dense_layers * dense_mlp + moe_layers * shared
+    return rest, moe_layers * experts * expert_size
+
+
+@dataclass(frozen=True)
+class RoleFit:
+    """What fits on one device of a role, and hence per DP rank."""
+
+    role: str
+    tensor: int
+    data: int
+    kv_bytes_per_token: int
+    weights_gib: float
+    activations_gib: float
+    usable_gib: float
+    kv_gib: float
+    kv_tokens_per_rank: int
+    max_num_seqs: int
+    max_model_len: int
+
+    @property
+    def fits(self) -> bool:
+        return self.max_num_seqs * self.max_model_len <= self.kv_tokens_per_rank
+
+    @property
+    def seqs_that_fit(self) -> int:
+        return self.kv_tokens_per_rank // self.max_model_len if self.max_model_len else 0
+
+
+def fit(
+    model: Model,
+    *,
+    role: str,
+    tensor: int,
+    data: int,
+    hbm_gib: float,
+    memory_utilization: float,
+    max_num_batched_tokens: int,
+    max_num_seqs: int,
+    max_model_len: int,
+    expert_parallel: bool = False,
+) -> RoleFit:
+    rest, experts = parameters(model)
+    expert_shards = tensor * data if expert_parallel else tensor
+    weights = (rest / tensor + experts / expert_shards) * model.weight_bytes
+    activations = 2 * GIB + max_num_batched_tokens * model.hidden_size * 12
+    usable = hbm_gib * GIB * memory_utilization
+    kv = max(0.0, usable - weights - activations)
+    per_token = kv_bytes_per_token(model, tensor)
+    return RoleFit(
+        role=role,
+        tensor=tensor,
+        data=data,
+        kv_bytes_per_token=per_token,
+        weights_gib=weights / GIB,
+        activations_gib=activations / GIB,
+        usable_gib=usable / GIB,
+        kv_gib=kv / GIB,
+        kv_tokens_per_rank=int(kv // per_token),
+        max_num_seqs=max_num_seqs,
+        max_model_len=max_model_len,
+    )

@@ -1,0 +1,368 @@
+"""`generate` and `update`: values from a model's config.json, checked, written atomically."""
+
+from __future__ import annotations
+
+import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from conftest import Renderer, assert_valid
+from mooncake_pd import generate as gen
+from mooncake_pd import golden, model, paths
+
+FIXTURES = Path(__file__).parent / "fixtures"
+MODELS = FIXTURES / "models"
+BROKEN = FIXTURES / "broken"
+VALUES_FILES = sorted(paths.VALUES_DIR.glob("*.yaml"))
+
+
+def cli(*args: str | Path) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "mooncake_pd", *map(str, args)], capture_output=True, text=True, cwd=paths.REPO
+    )
+
+
+@pytest.mark.parametrize(
+    ("name", "tensor", "expected"),
+    [
+        ("DeepSeek-R1-Distill-Qwen-1.5B", 2, 2 * 28 * 1 * 128 * 2),  # 2 KV heads over TP 2
+        ("DeepSeek-R1-Distill-Qwen-7B", 1, 2 * 28 * 4 * 128 * 2),
+        ("DeepSeek-R1-Distill-Qwen-7B", 2, 2 * 28 * 2 * 128 * 2),
+        ("DeepSeek-R1-Distill-Qwen-32B", 4, 2 * 64 * 2 * 128 * 2),
+        ("Qwen2.5-7B-Instruct-AWQ", 1, 2 * 28 * 4 * 128 * 2),  # float16 KV, 4-bit weights
+        ("Qwen3-8B", 2, 2 * 36 * 4 * 128 * 2),  # head_dim from config.json
+        ("Llama-3.1-8B-Instruct", 16, 2 * 32 * 1 * 128 * 2),  # 8 KV heads replicated over TP 16
+        ("DeepSeek-R1", 8, 61 * (512 + 64) * 2),  # MLA latent, the same on every TP rank
+        ("DeepSeek-R1", 1, 61 * (512 + 64) * 2),
+    ],
+)
+def test_kv_bytes_per_token(name: str, tensor: int, expected: int):
+    assert model.kv_bytes_per_token(model.load(MODELS / name), tensor) == expected
+
+
+@pytest.mark.parametrize(
+    ("name", "billions"),
+    [
+        ("DeepSeek-R1-Distill-Qwen-1.5B", 1.78),
+        ("DeepSeek-R1-Distill-Qwen-7B", 7.62),
+        ("DeepSeek-R1-Distill-Qwen-32B", 32.76),
+        ("Qwen3-8B", 8.19),
+        ("Llama-3.1-8B-Instruct", 8.03),
+        ("DeepSeek-R1", 671.0),
+    ],
+)
+def test_parameter_count_matches_published_size(name: str, billions: float):
+    rest, experts = model.parameters(model.load(MODELS / name))
+    assert (rest + experts) / 1e9 == pytest.approx(billions, rel=0.01)
+
+
+def test_head_dim_and_mla():
+    qwen2 = model.load(MODELS / "DeepSeek-R1-Distill-Qwen-1.5B")
+    assert (qwen2.needs_head_dim_override, qwen2.head_dim, qwen2.is_mla) == (True, 128, False)
+    qwen3 = model.load(MODELS / "Qwen3-8B")
+    assert (qwen3.needs_head_dim_override, qwen3.head_dim) == (False, 128)
+    r1 = model.load(MODELS / "DeepSeek-R1")
+    assert (r1.needs_head_dim_override, r1.is_mla) == (False, True)
+    assert model.load(MODELS / "Qwen2.5-7B-Instruct-AWQ").weight_bytes == 0.5
+    assert model.load(MODELS / "DeepSeek-R1-W8A8").ascend_quantization == "W8A8_DYNAMIC"
+
+
+def generated(*args: str) -> tuple[dict, str]:
+    proc = cli("generate", *args)
+    assert proc.returncode == 0, proc.stderr
+    return yaml.safe_load(proc.stdout), proc.stderr
+
+
+def leaves(values, prefix=""):
+    if isinstance(values, dict) and values:
+        for k, v in values.items():
+            yield from leaves(v, f"{prefix}{k}.")
+    else:
+        yield prefix.rstrip("."), values
+
+
+def lookup(values: dict, dotted: str):
+    node = values
+    for part in dotted.split("."):
+        node = node[part]
+    return node
+
+
+def test_generate_for_the_seed_model_equals_chart_defaults(render: Renderer):
+    values, _ = generated("--model-dir", MODELS / "DeepSeek-R1-Distill-Qwen-1.5B", "--served-name", "ds_r1")
+    defaults = gen.chart_defaults()
+    for key, value in leaves(values):
+        assert lookup(defaults, key) == value, key
+    assert values["model"]["hfOverrides"] == {"head_dim": 128}
+    seed_file = paths.VALUES_DIR / "deepseek-r1-distill-qwen-1.5b-a3-1p1d.yaml"
+    assert render((seed_file,)).text == golden.golden_path(golden.DEFAULTS).read_text()
+
+
+def test_generate_without_override_when_config_has_head_dim():
+    values, _ = generated("--model-dir", MODELS / "Qwen3-8B")
+    assert values["model"]["hfOverrides"] == {"head_dim": None}, "null drops the chart's default override"
+    assert values["model"]["mla"] is False
+
+
+def test_generate_mla_model():
+    values, err = generated(
+        "--model-dir",
+        MODELS / "DeepSeek-R1-W8A8",
+        "--prefill-tp",
+        "8",
+        "--prefill-dp",
+        "2",
+        "--decode-tp",
+        "1",
+        "--decode-dp",
+        "32",
+        "--decode-nodes",
+        "2",
+        "--enable-expert-parallel",
+    )
+    assert values["model"]["mla"] is True
+    assert values["model"]["hfOverrides"] == {"head_dim": None}
+    assert values["engine"]["args"] == {"enable-expert-parallel": True, "quantization": "ascend"}
+    assert values["decode"]["workerReplicas"] == 1
+    assert values["decode"]["parallelism"] == {"tensor": 1, "data": 32, "dataLocal": 16}
+    assert "70,272" in err
+
+
+def test_generate_warns_on_quantization_config():
+    values, err = generated("--model-dir", MODELS / "Qwen2.5-7B-Instruct-AWQ")
+    assert "WARNING: config.json has quantization_config (quant_method awq)" in err
+    assert "quantization" not in values.get("engine", {}).get("args", {})
+
+
+def test_generated_limits_respect_the_estimate():
+    values, err = generated("--model-dir", MODELS / "Qwen3-8B")
+    qwen3 = model.load(MODELS / "Qwen3-8B")
+    fit = model.fit(
+        qwen3,
+        role="decode",
+        tensor=2,
+        data=4,
+        hbm_gib=64,
+        memory_utilization=0.94,
+        max_num_batched_tokens=256,
+        max_num_seqs=40,
+        max_model_len=40000,
+    )
+    assert values["decode"]["args"]["max-num-seqs"] == fit.kv_tokens_per_rank // 40000 < 40
+    assert "decode: max-num-seqs lowered from 40" in err
+    assert re.search(r"decode\s+2 x 4\s+73,728", err), err
+
+
+def test_max_model_len_is_capped_by_max_position_embeddings():
+    values, _ = generated("--model-dir", MODELS / "Qwen2.5-7B-Instruct")
+    assert values["model"]["maxModelLen"] == 32768
+    proc = cli("generate", "--model-dir", MODELS / "Qwen2.5-7B-Instruct", "--max-model-len", "65536")
+    assert proc.returncode == 2
+    assert "--max-model-len 65536: above max_position_embeddings (32768)" in proc.stderr
+    values, err = generated("--model-dir", MODELS / "Qwen2.5-7B-Instruct", "--max-model-len", "65536", "--force")
+    assert values["model"]["maxModelLen"] == 65536
+    assert "WARNING: max-model-len 65536 is above max_position_embeddings" in err
+
+
+BAD_OPTIONS = [
+    (
+        ["--prefill-tp", "5"],
+        "--prefill-tp 5: num_attention_heads (12) is not divisible by it; valid on ascend-a3: 1, 2, 3, 4, 6, 12",
+    ),
+    (["--decode-tp", "4", "--prefill-tp", "2"], "--prefill-tp 2: below --decode-tp 4"),
+    (
+        ["--prefill-tp", "6", "--decode-tp", "4", "--prefill-dp", "2"],
+        "--decode-tp 4: --prefill-tp 6 is not a multiple",
+    ),
+    (
+        ["--prefill-tp", "4", "--prefill-dp", "8"],
+        "--prefill-tp 4 x --prefill-dp 8 / --prefill-nodes 1 = 32 devices "
+        "per pod, above the 16 of an ascend-a3 node; valid --prefill-dp",
+    ),
+    (["--accelerator", "ascend-a2", "--decode-dp", "8"], "above the 8 of an ascend-a2 node"),
+    (["--decode-dp", "6", "--decode-nodes", "4"], "--decode-dp 6: not divisible by --decode-nodes 4"),
+]
+
+
+@pytest.mark.parametrize(("options", "message"), BAD_OPTIONS, ids=[" ".join(o) for o, _ in BAD_OPTIONS])
+def test_bad_parallelism_exits_2_naming_the_option(tmp_path: Path, options, message):
+    out = tmp_path / "values.yaml"
+    out.write_text("keep: me\n")
+    proc = cli("generate", "--model-dir", MODELS / "DeepSeek-R1-Distill-Qwen-1.5B", *options, "--output", out)
+    assert proc.returncode == 2
+    assert message in proc.stderr
+    assert out.read_text() == "keep: me\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["values.yaml"]
+
+
+BROKEN_CASES = [
+    ("missing-dir", "no such directory or file"),
+    ("empty-dir", "config.json: missing; point --model-dir at a directory holding config.json"),
+    ("invalid-json", "config.json: invalid JSON at line 2"),
+    ("missing-heads", "config.json: num_attention_heads: missing"),
+    ("string-layers", "config.json: num_hidden_layers: '28' is not an integer"),
+    ("unknown-arch", "config.json: architectures: 'MambaForCausalLM' is not one the estimate knows"),
+]
+
+
+@pytest.mark.parametrize(("case", "message"), BROKEN_CASES, ids=[c for c, _ in BROKEN_CASES])
+@pytest.mark.parametrize("command", ["generate", "update"])
+def test_bad_model_files_exit_2_and_touch_nothing(tmp_path: Path, case: str, message: str, command: str):
+    model_dir = BROKEN / case
+    if case == "empty-dir":
+        model_dir = tmp_path / "empty"
+        model_dir.mkdir()
+    elif case == "missing-dir":
+        model_dir = tmp_path / "nowhere"
+    target = tmp_path / "values.yaml"
+    original = (paths.VALUES_DIR / "qwen3-8b-a3-1p1d.yaml").read_text()
+    target.write_text(original)
+    if command == "generate":
+        proc = cli("generate", "--model-dir", model_dir, "--output", target)
+    else:
+        proc = cli("update", target, "--model-dir", model_dir)
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and message in lines[0], proc.stderr
+    assert target.read_text() == original
+    assert not list(tmp_path.glob("*.bak")) and not list(tmp_path.glob(".*.tmp"))
+
+
+def test_generate_writes_atomically_and_keeps_a_backup(tmp_path: Path):
+    out = tmp_path / "v.yaml"
+    out.write_text("old: file\n")
+    proc = cli("generate", "--model-dir", MODELS / "Qwen3-8B", "--output", out)
+    assert proc.returncode == 0, proc.stderr
+    assert (tmp_path / "v.yaml.bak").read_text() == "old: file\n"
+    text = out.read_text()
+    assert text.startswith("# yaml-language-server: $schema=../chart/values.schema.json\n")
+    assert "#   python -m mooncake_pd generate --model-dir" in text
+
+
+STALE = """\
+# my comment stays
+model:
+  path: /models/Qwen3-8B   # inline comment stays
+  servedName: qwen3
+  hfOverrides:
+    head_dim: 128          # wrong: Qwen3 has head_dim
+    rope_theta: 1000000    # another override stays
+  mla: true
+myTeam:
+  unknown: key stays
+decode:
+  args:
+    max-num-seqs: 400
+    max-num-batched-tokens: 512
+"""
+
+
+def test_update_rewrites_only_model_keys(tmp_path: Path):
+    path = tmp_path / "values.yaml"
+    path.write_text(STALE)
+    check = cli("update", path, "--model-dir", MODELS / "Qwen3-8B", "--check")
+    assert check.returncode == 1
+    assert "-    head_dim: 128" in check.stdout and "+    head_dim:" in check.stdout
+    assert path.read_text() == STALE, "--check changes nothing"
+    proc = cli("update", path, "--model-dir", MODELS / "Qwen3-8B")
+    assert proc.returncode == 0, proc.stderr
+    text = path.read_text()
+    assert (tmp_path / "values.yaml.bak").read_text() == STALE
+    for kept in [
+        "# my comment stays",
+        "# inline comment stays",
+        "rope_theta: 1000000    # another override stays",
+        "myTeam:\n  unknown: key stays",
+        "max-num-batched-tokens: 512",
+        "servedName: qwen3",
+    ]:
+        assert kept in text
+    new = yaml.safe_load(text)
+    assert new["model"]["hfOverrides"] == {"head_dim": None, "rope_theta": 1000000}
+    assert new["model"]["mla"] is False
+    assert new["decode"]["args"]["max-num-seqs"] < 400
+    assert list(new) == ["model", "myTeam", "decode", "prefill"], "key order kept, new keys appended"
+    assert cli("update", path, "--model-dir", MODELS / "Qwen3-8B", "--check").returncode == 0
+
+
+def model_dir_of(values_file: Path) -> Path:
+    header = next(line for line in values_file.read_text().splitlines() if "mooncake_pd generate" in line)
+    args = shlex.split(header.lstrip("# "))
+    return paths.REPO / args[args.index("--model-dir") + 1]
+
+
+@pytest.mark.parametrize("values_file", VALUES_FILES, ids=[p.stem for p in VALUES_FILES])
+def test_every_values_file_is_current(values_file: Path):
+    text = values_file.read_text()
+    assert text.startswith("# yaml-language-server: $schema=../chart/values.schema.json\n")
+    proc = cli("update", values_file, "--model-dir", model_dir_of(values_file), "--check")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+@pytest.mark.parametrize("values_file", VALUES_FILES, ids=[p.stem for p in VALUES_FILES])
+def test_every_values_file_renders_and_validates(render: Renderer, crds, values_file: Path):
+    assert_valid(render((values_file,)), crds)
+
+
+def test_generate_help_explains_every_option_and_the_formula():
+    proc = cli("generate", "--help")
+    assert proc.returncode == 0
+    for option in [
+        "--model-dir",
+        "--accelerator",
+        "--prefill-tp",
+        "--decode-dp",
+        "--prefill-nodes",
+        "--decode-replicas",
+        "--served-name",
+        "--image",
+        "--max-model-len",
+        "--force",
+        "--output",
+    ]:
+        assert option in proc.stdout
+    assert "2 x layers x ceil(KV heads / TP)" in proc.stdout
+    assert "estimated, not profiled" in proc.stdout
+
+
+def test_accelerator_profiles_agree_with_the_chart(render: Renderer):
+    schema_enum = yaml.safe_load((paths.CHART / "values.schema.json").read_text())["properties"]["accelerator"][
+        "properties"
+    ]["type"]["enum"]
+    assert sorted(gen.ACCELERATORS) == sorted(schema_enum)
+    for name, profile in gen.ACCELERATORS.items():
+        tensor = profile.devices_per_node // 4
+        message = render.error(
+            overrides={
+                "accelerator": {"type": name},
+                "image": {"tag": profile.image_tag},
+                "prefill": {"parallelism": {"tensor": tensor * 2, "data": 4, "dataLocal": 4}},
+                "decode": {"parallelism": {"tensor": tensor}},
+            }
+        )
+        assert f"above the {profile.devices_per_node} devices of an {name} node" in message
+
+
+def test_weights_that_leave_no_room_for_kv_exit_2():
+    proc = cli(
+        "generate",
+        "--model-dir",
+        MODELS / "DeepSeek-R1-W8A8",
+        "--prefill-tp",
+        "8",
+        "--prefill-dp",
+        "2",
+        "--decode-tp",
+        "1",
+        "--decode-dp",
+        "32",
+        "--decode-nodes",
+        "2",
+    )
+    assert proc.returncode == 2
+    assert "leave no room for the KV cache" in proc.stderr and "or --enable-expert-parallel" in proc.stderr
