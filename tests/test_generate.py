@@ -340,7 +340,6 @@ def test_accelerator_profiles_agree_with_the_chart(render: Renderer):
         message = render.error(
             overrides={
                 "accelerator": {"type": name},
-                "image": {"tag": profile.image_tag},
                 "prefill": {"parallelism": {"tensor": tensor * 2, "data": 4, "dataLocal": 4}},
                 "decode": {"parallelism": {"tensor": tensor}},
             }

@@ -25,11 +25,26 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 app.kubernetes.io/part-of: mooncake-pd
 {{- end }}
 
-{{/* The engine image reference: repository:tag, with @digest when image.digest is set. */}}
+{{/* The engine image reference: repository:tag (each defaulting to the accelerator profile's),
+with @digest when image.digest is set. */}}
 {{- define "mooncake-pd.image" -}}
-{{- $image := printf "%s:%s" .Values.image.repository .Values.image.tag -}}
+{{- $profile := include "mooncake-pd.accelerator" . | fromJson -}}
+{{- $image := printf "%s:%s" (default $profile.repository .Values.image.repository) (default $profile.tag .Values.image.tag) -}}
 {{- with .Values.image.digest }}{{ $image = printf "%s@%s" $image . }}{{ end -}}
 {{- $image -}}
+{{- end }}
+
+{{/* The proxy image: proxy.image, else the engine image on Ascend, else the vLLM-Ascend
+image that carries the proxy script (CPU only) on NVIDIA. */}}
+{{- define "mooncake-pd.proxyImage" -}}
+{{- $image := .Values.proxy.image -}}
+{{- if $image.repository -}}
+{{- printf "%s:%s" $image.repository (default (include "mooncake-pd.accelerator" . | fromJson).tag $image.tag) -}}
+{{- else if eq (include "mooncake-pd.accelerator" . | fromJson).family "ascend" -}}
+{{- include "mooncake-pd.image" . -}}
+{{- else -}}
+{{- printf "quay.io/ascend/vllm-ascend:%s" (default "v0.13.0" $image.tag) -}}
+{{- end -}}
 {{- end }}
 
 {{/* Pod template labels: no chart or app version, so an upgrade that changes neither the
@@ -45,16 +60,24 @@ app.kubernetes.io/part-of: mooncake-pd
 {{- printf "modelserving.volcano.sh/%s" . -}}
 {{- end }}
 
-{{/* The accelerator profile as JSON: device resource name and devices per node. */}}
+{{/* The accelerator profile as JSON: device resource, devices per node, family, default
+image and KV connector. Unknown types fail here and in validate-values. */}}
 {{- define "mooncake-pd.accelerator" -}}
+{{- $ascend := dict "family" "ascend" "repository" "quay.io/ascend/vllm-ascend" "connector" "MooncakeConnectorV1" "modulePath" "vllm_ascend.distributed.mooncake_connector" -}}
 {{- $profiles := dict
-  "ascend-a3" (dict "resourceName" "huawei.com/ascend-1980" "devicesPerNode" 16)
-  "ascend-a2" (dict "resourceName" "huawei.com/Ascend910" "devicesPerNode" 8) -}}
+  "ascend-a3" (merge (dict "resourceName" "huawei.com/ascend-1980" "devicesPerNode" 16 "tag" "v0.13.0-a3") $ascend)
+  "ascend-a2" (merge (dict "resourceName" "huawei.com/Ascend910" "devicesPerNode" 8 "tag" "v0.13.0") $ascend)
+  "nvidia" (dict "family" "nvidia" "resourceName" "nvidia.com/gpu" "devicesPerNode" 8 "repository" "docker.io/vllm/vllm-openai" "tag" "v0.13.0" "connector" "NixlConnector" "modulePath" "") -}}
 {{- $profile := get $profiles .Values.accelerator.type -}}
 {{- if not $profile -}}
 {{- fail (printf "accelerator.type: %q is not a known profile; use one of: %s" .Values.accelerator.type (keys $profiles | sortAlpha | join ", ")) -}}
 {{- end -}}
 {{- toJson $profile -}}
+{{- end }}
+
+{{/* The KV connector: kvTransfer.connector, or the accelerator profile's. */}}
+{{- define "mooncake-pd.connector" -}}
+{{- default (include "mooncake-pd.accelerator" . | fromJson).connector .Values.kvTransfer.connector -}}
 {{- end }}
 
 {{/* A role's values (.role is "prefill" or "decode"). */}}
@@ -73,9 +96,12 @@ app.kubernetes.io/part-of: mooncake-pd
 {{- mul (int .parallelism.tensor) (int (include "mooncake-pd.dataLocal" .)) -}}
 {{- end }}
 
-{{/* Mooncake side-channel ports a role binds: [kvPort, kvPort + data x tensor). */}}
+{{/* KV side-channel ports a role binds from kvPort (facts.md): Mooncake (vLLM-Ascend's V1 and
+upstream) kvPort + dp_rank x tp + tp_rank, so data x tensor ports; NIXL kvPort + dp_rank, so data.
+Context: (dict "root" $ "role" "prefill"). */}}
 {{- define "mooncake-pd.kvPortCount" -}}
-{{- mul (int .parallelism.tensor) (int .parallelism.data) -}}
+{{- $p := (index .root.Values .role).parallelism -}}
+{{- if eq (include "mooncake-pd.connector" .root) "NixlConnector" }}{{ int $p.data }}{{ else }}{{ mul (int $p.tensor) (int $p.data) }}{{ end -}}
 {{- end }}
 
 {{/* Single-quote a string for bash so that it arrives literally ('\'' for each quote). */}}
@@ -98,22 +124,45 @@ app.kubernetes.io/part-of: mooncake-pd
 
 {{/* The KV connector's view of both roles, derived from their parallelism. */}}
 {{- define "mooncake-pd.kvConnectorExtraConfig" -}}
-{{- $extra := deepCopy (.Values.kvTransfer.extraConfig | default dict) -}}
+{{- $extra := merge (deepCopy (.Values.kvTransfer.extraConfig | default dict)) (deepCopy ((.Values.accelerator.ascend | default dict).kvExtraConfig | default dict)) -}}
 {{- $_ := set $extra "prefill" (dict "tp_size" (int .Values.prefill.parallelism.tensor) "dp_size" (int .Values.prefill.parallelism.data)) -}}
 {{- $_ := set $extra "decode" (dict "tp_size" (int .Values.decode.parallelism.tensor) "dp_size" (int .Values.decode.parallelism.data)) -}}
 {{- toJson $extra -}}
 {{- end }}
 
-{{/* --kv-transfer-config without engine_id, which the start script adds at run time. */}}
+{{/* --kv-transfer-config without engine_id, which the start script adds at run time.
+MooncakeConnectorV1 (vLLM-Ascend) takes kv_port and both roles' sizes; upstream MooncakeConnector
+and NixlConnector take their ports from environment variables (mooncake-pd.connectorEnv). */}}
 {{- define "mooncake-pd.kvTransferConfig" -}}
 {{- $root := .root -}}
 {{- $v := index $root.Values .role -}}
-{{- toJson (dict
-  "kv_connector" $root.Values.kvTransfer.connector
-  "kv_role" (ternary "kv_producer" "kv_consumer" (eq .role "prefill"))
-  "kv_port" (int $v.kvPort)
-  "kv_connector_module_path" $root.Values.kvTransfer.modulePath
-  "kv_connector_extra_config" (include "mooncake-pd.kvConnectorExtraConfig" $root | fromJson)) -}}
+{{- $connector := include "mooncake-pd.connector" $root -}}
+{{- $config := dict "kv_connector" $connector "kv_role" (ternary "kv_producer" "kv_consumer" (eq .role "prefill")) -}}
+{{- if eq $connector "NixlConnector" }}
+{{- $_ := set $config "kv_role" "kv_both" }}
+{{- end }}
+{{- with (default (include "mooncake-pd.accelerator" $root | fromJson).modulePath $root.Values.kvTransfer.modulePath) }}
+{{- $_ := set $config "kv_connector_module_path" . }}
+{{- end }}
+{{- if eq $connector "MooncakeConnectorV1" }}
+{{- $_ := set $config "kv_port" (int $v.kvPort) }}
+{{- $_ := set $config "kv_connector_extra_config" (include "mooncake-pd.kvConnectorExtraConfig" $root | fromJson) }}
+{{- else if $root.Values.kvTransfer.extraConfig }}
+{{- $_ := set $config "kv_connector_extra_config" $root.Values.kvTransfer.extraConfig }}
+{{- end }}
+{{- toJson $config -}}
+{{- end }}
+
+{{/* Environment a connector reads its side-channel port from (not MooncakeConnectorV1). */}}
+{{- define "mooncake-pd.connectorEnv" -}}
+{{- $v := index .root.Values .role -}}
+{{- $connector := include "mooncake-pd.connector" .root -}}
+{{- if eq $connector "NixlConnector" }}
+export VLLM_NIXL_SIDE_CHANNEL_PORT={{ include "mooncake-pd.shellQuote" (int $v.kvPort) }}
+export VLLM_NIXL_SIDE_CHANNEL_HOST="${POD_IP}"
+{{- else if eq $connector "MooncakeConnector" }}
+export VLLM_MOONCAKE_BOOTSTRAP_PORT={{ include "mooncake-pd.shellQuote" (int $v.kvPort) }}
+{{- end }}
 {{- end }}
 
 {{/* One `vllm serve` flag line per user arg: true -> --k, false -> --no-k, map -> JSON,
@@ -138,22 +187,24 @@ user flags. Every value is single-quoted; JSON comes from toJson. */}}
 {{- $root := .root -}}
 {{- $v := index $root.Values .role -}}
 {{- $p := $v.parallelism -}}
-{{- $nic := include "mooncake-pd.shellQuote" $root.Values.network.interface -}}
+{{- $profile := include "mooncake-pd.accelerator" $root | fromJson -}}
 {{- $env := include "mooncake-pd.overlay" (dict "base" $root.Values.engine.env "over" $v.env) | fromJson -}}
+{{- if eq $profile.family "ascend" }}
+{{- $ascend := $root.Values.accelerator.ascend | default dict }}
+{{- $env = include "mooncake-pd.overlay" (dict "base" $ascend.env "over" $env) | fromJson }}
+{{- $env = include "mooncake-pd.overlay" (dict "base" $env "over" (get ($ascend.roleEnv | default dict) .role)) | fromJson }}
+{{- end -}}
 {{- $args := include "mooncake-pd.overlay" (dict "base" $root.Values.engine.args "over" $v.args) | fromJson -}}
 #!/bin/bash
 # {{ .role }}{{ if .worker }} worker{{ end }} start script generated by the mooncake-pd chart: change values, not this file.
 set -euo pipefail
-# HCCL, Gloo and TP sockets use the pod's (host network) address and NIC.
-export HCCL_IF_IP="${POD_IP}"
-export GLOO_SOCKET_IFNAME={{ $nic }}
-export TP_SOCKET_IFNAME={{ $nic }}
-export HCCL_SOCKET_IFNAME={{ $nic }}
+{{- include "mooncake-pd.nicExports" (dict "root" $root "family" $profile.family) }}
 {{- range $k, $val := $env }}
 {{- if not (kindIs "invalid" $val) }}
 export {{ $k }}={{ include "mooncake-pd.shellQuote" (include "mooncake-pd.scalar" $val) }}
 {{- end }}
 {{- end }}
+{{- include "mooncake-pd.connectorEnv" . }}
 # Unique per role replica, from Kthena's pod labels (downward API).
 export MOONCAKE_ENGINE_ID="${GROUP_NAME}_${ROLE_ID}"
 # The connector config is JSON rendered by the chart; engine_id is added here as data.
@@ -206,4 +257,39 @@ exec vllm serve "${MODEL_LOCATION}" \
 {{- else -}}
 {{- printf "http://%s-proxy.%s.svc:%d/v1/chat/completions" (include "mooncake-pd.fullname" .) .Release.Namespace (int .Values.proxy.port) -}}
 {{- end -}}
+{{- end }}
+
+{{/* The NIC exports of a start script: HCCL, Gloo and TP sockets on Ascend, NCCL and Gloo on
+NVIDIA. network.interface auto finds the default-route interface when the container starts. */}}
+{{- define "mooncake-pd.nicExports" -}}
+{{- $interface := .root.Values.network.interface }}
+{{- if eq $interface "auto" }}
+# network.interface auto: the interface of the default route, as `ip route | grep default` shows.
+nic="$(ip -o -4 route show to default 2>/dev/null | awk '{for (i = 1; i < NF; i++) if ($i == "dev") {print $(i + 1); exit}}' || true)"
+if [ -z "${nic}" ]; then
+  nic="$(awk '$2 == "00000000" {print $1; exit}' /proc/net/route 2>/dev/null || true)"
+fi
+if [ -z "${nic}" ]; then
+  echo "network.interface auto: no default route found; set network.interface to the NIC name" >&2
+  exit 1
+fi
+{{- $nic := "\"${nic}\"" }}
+{{- include "mooncake-pd.nicLines" (dict "nic" $nic "family" .family) }}
+{{- else }}
+{{- include "mooncake-pd.nicLines" (dict "nic" (include "mooncake-pd.shellQuote" $interface) "family" .family) }}
+{{- end }}
+{{- end }}
+
+{{- define "mooncake-pd.nicLines" -}}
+{{- if eq .family "ascend" }}
+# HCCL, Gloo and TP sockets use the pod's (host network) address and NIC.
+export HCCL_IF_IP="${POD_IP}"
+export GLOO_SOCKET_IFNAME={{ .nic }}
+export TP_SOCKET_IFNAME={{ .nic }}
+export HCCL_SOCKET_IFNAME={{ .nic }}
+{{- else }}
+# NCCL and Gloo sockets use the pod's (host network) NIC.
+export GLOO_SOCKET_IFNAME={{ .nic }}
+export NCCL_SOCKET_IFNAME={{ .nic }}
+{{- end }}
 {{- end }}

@@ -7,6 +7,7 @@ Context: (dict "root" $ "role" "prefill" "worker" false).
 {{- $role := .role -}}
 {{- $v := index $root.Values $role -}}
 {{- $accelerator := include "mooncake-pd.accelerator" $root | fromJson -}}
+{{- $ascend := eq $accelerator.family "ascend" -}}
 {{- $script := include "mooncake-pd.scriptName" . -}}
 {{- $devices := include "mooncake-pd.devicesPerPod" $v -}}
 {{- $resources := deepCopy ($v.resources | default dict) -}}
@@ -43,6 +44,10 @@ spec:
   {{- with include "mooncake-pd.affinity" . | fromYaml }}
   affinity:
     {{- toYaml . | nindent 4 }}
+  {{- end }}
+  {{- if eq $root.Values.model.storage.type "download" }}
+  initContainers:
+  {{- include "mooncake-pd.downloadContainer" $root | nindent 2 }}
   {{- end }}
   containers:
   - name: {{ $role }}
@@ -89,7 +94,7 @@ spec:
       containerPort: {{ int $v.dataParallelRpcPort }}
       protocol: TCP
     {{- end }}
-    {{- range $i := until (int (include "mooncake-pd.kvPortCount" $v)) }}
+    {{- range $i := until (int (include "mooncake-pd.kvPortCount" .)) }}
     - name: kv-{{ $i }}
       containerPort: {{ add (int $v.kvPort) $i }}
       protocol: TCP
@@ -124,6 +129,7 @@ spec:
       readOnly: true
     - name: dshm
       mountPath: /dev/shm
+    {{- if $ascend }}
     - name: hccn-conf
       mountPath: /etc/hccn.conf
       readOnly: true
@@ -133,18 +139,17 @@ spec:
     - name: ascend-install-info
       mountPath: /etc/ascend_install.info
       readOnly: true
+    {{- end }}
     - name: scripts
       mountPath: {{ printf "/workspace/%s" $script | toJson }}
       subPath: {{ $script | toJson }}
       readOnly: true
   volumes:
-  - name: model
-    hostPath:
-      path: {{ $root.Values.model.storage.hostPath | toJson }}
-      type: Directory
+  {{- include "mooncake-pd.modelVolume" $root | nindent 2 }}
   - name: dshm
     emptyDir:
       medium: Memory
+  {{- if $ascend }}
   - name: hccn-conf
     hostPath:
       path: {{ $root.Values.hostFiles.hccnConf | toJson }}
@@ -157,6 +162,7 @@ spec:
     hostPath:
       path: {{ $root.Values.hostFiles.ascendInstallInfo | toJson }}
       type: File
+  {{- end }}
   - name: scripts
     configMap:
       name: {{ include "mooncake-pd.fullname" $root }}-scripts
@@ -189,4 +195,94 @@ the Kthena router when both roles serve on one port). */}}
 {{- $_ := set $affinity "podAntiAffinity" $anti }}
 {{- end }}
 {{- if $affinity }}{{ toYaml $affinity }}{{ end -}}
+{{- end }}
+
+{{/* The model volume for model.storage.type: hostPath, a claim, or the download target. */}}
+{{- define "mooncake-pd.modelVolume" -}}
+{{- $storage := .Values.model.storage -}}
+- name: model
+{{- if eq $storage.type "hostPath" }}
+  hostPath:
+    path: {{ $storage.hostPath | toJson }}
+    type: Directory
+{{- else if $storage.claimName }}
+  persistentVolumeClaim:
+    claimName: {{ $storage.claimName | toJson }}
+    {{- if eq $storage.type "pvc" }}
+    readOnly: true
+    {{- end }}
+{{- else }}
+  emptyDir:
+    {{- with $storage.emptyDirSizeLimit }}
+    sizeLimit: {{ . | toJson }}
+    {{- end }}
+{{- end }}
+{{- end }}
+
+{{/* The init container that downloads model.download into model.path, once: a marker file
+records what is there, and a lock keeps pods sharing a claim from downloading together. */}}
+{{- define "mooncake-pd.downloadContainer" -}}
+{{- $download := .Values.model.download -}}
+- name: download-model
+  image: {{ include "mooncake-pd.image" . | toJson }}
+  imagePullPolicy: {{ .Values.image.pullPolicy }}
+  command: ["python3", "-c"]
+  args:
+  - |
+    {{- include "mooncake-pd.downloadProgram" . | nindent 4 }}
+  env:
+  - name: MODEL_LOCATION
+    value: {{ .Values.model.path | toJson }}
+  - name: DOWNLOAD_HUB
+    value: {{ $download.hub | toJson }}
+  - name: DOWNLOAD_REPO
+    value: {{ $download.repo | toJson }}
+  - name: DOWNLOAD_REVISION
+    value: {{ $download.revision | toJson }}
+  - name: HF_HUB_DISABLE_TELEMETRY
+    value: "1"
+  {{- with $download.tokenSecret.name }}
+  - name: {{ ternary "MODELSCOPE_API_TOKEN" "HF_TOKEN" (eq $download.hub "modelscope") }}
+    valueFrom:
+      secretKeyRef:
+        name: {{ . | toJson }}
+        key: {{ $download.tokenSecret.key | toJson }}
+  {{- end }}
+  {{- with .Values.engine.securityContext }}
+  securityContext:
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
+  resources:
+    {{- toYaml $download.resources | nindent 4 }}
+  volumeMounts:
+  - name: model
+    mountPath: {{ .Values.model.storage.mountPath | toJson }}
+{{- end }}
+
+{{- define "mooncake-pd.downloadProgram" -}}
+# Fetches DOWNLOAD_REPO@DOWNLOAD_REVISION into MODEL_LOCATION unless a marker says it is there.
+import fcntl, os, pathlib, sys
+target = pathlib.Path(os.environ["MODEL_LOCATION"])
+hub, repo, revision = (os.environ[k] for k in ("DOWNLOAD_HUB", "DOWNLOAD_REPO", "DOWNLOAD_REVISION"))
+wanted = f"{hub}:{repo}@{revision}"
+marker = target / ".mooncake-pd-download"
+target.parent.mkdir(parents=True, exist_ok=True)
+with open(target.parent / f".{target.name}.lock", "w") as lock:
+    fcntl.flock(lock, fcntl.LOCK_EX)
+    if marker.is_file() and marker.read_text().strip() == wanted:
+        print(f"{target} already holds {wanted}; no download", flush=True)
+        sys.exit(0)
+    print(f"downloading {wanted} into {target}", flush=True)
+    target.mkdir(exist_ok=True)
+    if hub == "modelscope":
+        from modelscope import snapshot_download
+        if os.environ.get("MODELSCOPE_API_TOKEN"):
+            from modelscope.hub.api import HubApi
+            HubApi().login(os.environ["MODELSCOPE_API_TOKEN"])
+        snapshot_download(repo, revision=revision, local_dir=str(target))
+    else:
+        from huggingface_hub import snapshot_download  # reads HF_TOKEN itself
+        snapshot_download(repo_id=repo, revision=revision, local_dir=str(target))
+    marker.write_text(wanted + "\n")
+    print(f"downloaded {wanted}", flush=True)
 {{- end }}

@@ -95,6 +95,14 @@ def _role_topology(args: argparse.Namespace, role: str) -> gen.RoleTopology:
     )
 
 
+def _device_memory(args: argparse.Namespace) -> float | None:
+    if args.device_memory_gib:
+        return args.device_memory_gib
+    if args.accelerator == "nvidia":
+        return gen.NVIDIA_GPUS[args.gpu]
+    return None
+
+
 def _generate(args: argparse.Namespace) -> int:
     model = modelmod.load(args.model_dir)
     name = model.path.parent.name
@@ -109,6 +117,7 @@ def _generate(args: argparse.Namespace) -> int:
         image=args.image,
         expert_parallel=args.enable_expert_parallel,
         force=args.force,
+        hbm_gib=_device_memory(args),
     )
     table = gen.fit_table(result.fits)
     title = f"{name}: {roles['prefill'].replicas}P{roles['decode'].replicas}D on {args.accelerator}"
@@ -132,7 +141,9 @@ def _update(args: argparse.Namespace) -> int:
         current = yaml.safe_load(text) or {}
     except (OSError, yaml.YAMLError) as e:
         raise gen.GenerateError(f"{args.values_file}: cannot read it as YAML: {e}") from None
-    keys, result = gen.derived(model, gen.merged(gen.chart_defaults(), current), force=args.force)
+    keys, result = gen.derived(
+        model, gen.merged(gen.chart_defaults(), current), force=args.force, hbm_gib=args.device_memory_gib
+    )
     wanted = values_file.apply(text, keys)
     if wanted == text:
         print(f"{args.values_file}: up to date with {model.path}", file=sys.stderr)
@@ -223,6 +234,18 @@ def build_parser() -> argparse.ArgumentParser:
         default="ascend-a3",
         help="accelerator profile (default: ascend-a3)",
     )
+    generate.add_argument(
+        "--gpu",
+        choices=sorted(gen.NVIDIA_GPUS),
+        default="h100",
+        help="with --accelerator nvidia: the GPU, for its memory in the estimate (default: h100)",
+    )
+    generate.add_argument(
+        "--device-memory-gib",
+        type=float,
+        metavar="GIB",
+        help="device memory for the estimate, overriding the accelerator's (A3 and A2: 64)",
+    )
     for role, tp, dp in (("prefill", 2, 4), ("decode", 2, 4)):
         generate.add_argument(
             f"--{role}-tp",
@@ -291,6 +314,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="change nothing: print the diff and exit 1 when the file is out of date (for CI)",
     )
     update.add_argument("--force", action="store_true", help="allow maxModelLen above max_position_embeddings")
+    update.add_argument(
+        "--device-memory-gib",
+        type=float,
+        metavar="GIB",
+        help="device memory for the estimate (default: the accelerator's; NVIDIA: 80)",
+    )
     update.set_defaults(func=_update)
     return parser
 

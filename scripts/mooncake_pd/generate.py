@@ -23,14 +23,19 @@ class Accelerator:
     type: str
     devices_per_node: int
     hbm_gib: float
-    image_tag: str
+    family: str
 
 
 # Must agree with the chart's profiles (mooncake-pd.accelerator); a test checks it.
 ACCELERATORS = {
-    "ascend-a3": Accelerator("ascend-a3", 16, 64, "v0.13.0-a3"),
-    "ascend-a2": Accelerator("ascend-a2", 8, 64, "v0.13.0"),
+    "ascend-a3": Accelerator("ascend-a3", 16, 64, "ascend"),
+    "ascend-a2": Accelerator("ascend-a2", 8, 64, "ascend"),
+    "nvidia": Accelerator("nvidia", 8, 80, "nvidia"),
 }
+# Device memory of NVIDIA GPUs (GiB), for the KV estimate; --gpu picks one.
+NVIDIA_GPUS = {"h100": 80, "h200": 141, "h20": 96, "a100-80gb": 80, "l40s": 48}
+# vLLM-Ascend-only flags of the chart defaults, dropped (null) on NVIDIA.
+ASCEND_ONLY_ARGS = ("additional-config",)
 
 
 class GenerateError(ValueError):
@@ -110,14 +115,18 @@ def check_topology(model: modelmod.Model, accelerator: Accelerator, roles: dict[
         )
 
 
-def derived(model: modelmod.Model, effective: dict[str, Any], *, force: bool = False) -> tuple[dict[str, Any], Result]:
+def derived(
+    model: modelmod.Model, effective: dict[str, Any], *, force: bool = False, hbm_gib: float | None = None
+) -> tuple[dict[str, Any], Result]:
     """The model-derived keys for a values set (`effective`: chart defaults merged with the
-    file), as {dotted key: value or None to remove}, and the fit estimate behind them."""
+    file), as {dotted key: value, None for null, REMOVE to delete}, and the fit estimate behind
+    them. hbm_gib overrides the accelerator's device memory (NVIDIA GPUs differ)."""
     accelerator = ACCELERATORS.get(effective["accelerator"]["type"])
     if accelerator is None:
         raise GenerateError(
             f"accelerator.type {effective['accelerator']['type']!r}: use one of {', '.join(ACCELERATORS)}"
         )
+    hbm = hbm_gib or accelerator.hbm_gib
     notes: list[str] = []
     max_model_len = int(effective["model"]["maxModelLen"])
     limit = model.max_position_embeddings
@@ -157,7 +166,7 @@ def derived(model: modelmod.Model, effective: dict[str, Any], *, force: bool = F
             role=role,
             tensor=int(par["tensor"]),
             data=int(par["data"]),
-            hbm_gib=accelerator.hbm_gib,
+            hbm_gib=hbm,
             memory_utilization=float(args.get("gpu-memory-utilization", 0.9)),
             max_num_batched_tokens=int(args.get("max-num-batched-tokens", 8192)),
             max_num_seqs=int(args.get("max-num-seqs", 256)),
@@ -218,6 +227,7 @@ def generate(
     image: str | None,
     expert_parallel: bool = False,
     force: bool = False,
+    hbm_gib: float | None = None,
 ) -> Result:
     """A values overlay for the chart: topology and model keys, checked against the model."""
     profile = ACCELERATORS[accelerator]
@@ -225,7 +235,8 @@ def generate(
     defaults = chart_defaults()
     length = max_model_len or min(defaults["model"]["maxModelLen"], model.max_position_embeddings or 10**9)
     values: dict[str, Any] = {"accelerator": {"type": accelerator}}
-    values["image"] = {"tag": profile.image_tag} if image is None else _image(image)
+    if image is not None:
+        values["image"] = _image(image)
     values["model"] = {"path": model_path, "servedName": served_name, "maxModelLen": length}
     if expert_parallel:
         values["engine"] = {"args": {"enable-expert-parallel": True}}
@@ -241,7 +252,9 @@ def generate(
                 "dataLocal": t.data_local if (role == "prefill" or t.nodes > 1) else None,
             },
         }
-    keys, result = derived(model, merged(defaults, values), force=force)
+        if profile.family == "nvidia":
+            values[role]["args"] = {flag: None for flag in ASCEND_ONLY_ARGS}
+    keys, result = derived(model, merged(defaults, values), force=force, hbm_gib=hbm_gib)
     for key, value in keys.items():
         set_dotted(values, key, value)
     result.values = values
