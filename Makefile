@@ -7,6 +7,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 HELM_VERSIONS := 3.17.2 4.1.4
 HELM ?= .tools/helm/4.1.4/helm
+CT_TARGET_BRANCH ?= main
 CHECKOV_STAMP := .tools/checkov/.installed
 
 .PHONY: help tools helm render test golden docs lint clean
@@ -43,10 +44,13 @@ golden: tools ## Regenerate tests/golden/ from the chart; read the diff before c
 docs: tools ## Regenerate the README values table from chart/values.schema.json.
 	$(PY) -m mooncake_pd docs
 
-lint: tools ## ruff and helm lint --strict under both helm versions.
+lint: tools ## What ct lint does, locally: helm lint --strict per chart/ci file under helm 3 and 4, yamllint, Chart.yaml and version bump; plus ruff.
 	$(VENV)/bin/ruff check scripts tests
 	$(VENV)/bin/ruff format --check scripts tests
-	for v in $(HELM_VERSIONS); do .tools/helm/$$v/helm lint --strict chart || exit 1; done
+	$(VENV)/bin/yamllint --strict .
+	for v in $(HELM_VERSIONS); do for f in chart/ci/*-values.yaml; do \
+	  .tools/helm/$$v/helm lint --strict chart --values $$f || exit 1; done; done
+	$(PY) -m mooncake_pd chartcheck --base $(CT_TARGET_BRANCH)
 
 clean: ## Remove the virtualenv, tools and outputs.
 	rm -rf $(VENV) .tools out

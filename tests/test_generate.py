@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import re
-import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -14,6 +13,7 @@ import yaml
 from conftest import Renderer, assert_valid
 from mooncake_pd import generate as gen
 from mooncake_pd import golden, model, paths
+from mooncake_pd.cli import header_command
 
 FIXTURES = Path(__file__).parent / "fixtures"
 MODELS = FIXTURES / "models"
@@ -242,6 +242,7 @@ def test_generate_writes_atomically_and_keeps_a_backup(tmp_path: Path):
     text = out.read_text()
     assert text.startswith("# yaml-language-server: $schema=../chart/values.schema.json\n")
     assert "#   python -m mooncake_pd generate --model-dir" in text
+    assert header_command(text)[4:6] == ["--model-dir", str(MODELS / "Qwen3-8B")]
 
 
 STALE = """\
@@ -291,8 +292,7 @@ def test_update_rewrites_only_model_keys(tmp_path: Path):
 
 
 def model_dir_of(values_file: Path) -> Path:
-    header = next(line for line in values_file.read_text().splitlines() if "mooncake_pd generate" in line)
-    args = shlex.split(header.lstrip("# "))
+    args = header_command(values_file.read_text())
     return paths.REPO / args[args.index("--model-dir") + 1]
 
 
