@@ -293,3 +293,15 @@ export GLOO_SOCKET_IFNAME={{ .nic }}
 export NCCL_SOCKET_IFNAME={{ .nic }}
 {{- end }}
 {{- end }}
+
+{{/* Relabelings that put the role, serving group and ModelServing on every scraped series. */}}
+{{- define "mooncake-pd.metricsRelabelings" -}}
+- sourceLabels: [__meta_kubernetes_pod_label_app_kubernetes_io_component]
+  targetLabel: role
+- sourceLabels: [__meta_kubernetes_pod_label_modelserving_volcano_sh_group_name]
+  targetLabel: serving_group
+- sourceLabels: [__meta_kubernetes_pod_label_modelserving_volcano_sh_name]
+  targetLabel: modelserving
+- sourceLabels: [__meta_kubernetes_pod_name]
+  targetLabel: pod
+{{- end }}

@@ -25,6 +25,7 @@ spec:
   # Host network pods need this to resolve cluster Services (and ENTRY_ADDRESS).
   dnsPolicy: ClusterFirstWithHostNet
   automountServiceAccountToken: false
+  terminationGracePeriodSeconds: {{ int64 $root.Values.engine.terminationGracePeriodSeconds }}
   {{- with $root.Values.engine.podSecurityContext }}
   securityContext:
     {{- toYaml . | nindent 4 }}
@@ -116,6 +117,14 @@ spec:
       {{- toYaml . | nindent 6 }}
     {{- end }}
     {{- end }}
+    {{- end }}
+    {{- if not .worker }}
+    lifecycle:
+      preStop:
+        exec:
+          # A terminating pod leaves the Service endpoints at once; the wait lets routers
+          # notice and in-flight requests finish before vLLM gets SIGTERM.
+          command: ["sleep", {{ int $root.Values.engine.drainSeconds | toString | toJson }}]
     {{- end }}
     {{- with $root.Values.engine.securityContext }}
     securityContext:

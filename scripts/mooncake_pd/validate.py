@@ -5,6 +5,7 @@ inside a ModelServing as Pods."""
 from __future__ import annotations
 
 import copy
+import json
 from collections.abc import Iterable
 from functools import cache
 from pathlib import Path
@@ -20,6 +21,8 @@ from mooncake_pd.manifests import Manifest, ident
 # The chart's kubeVersion floor and the newest schemas kubernetes-validate ships.
 KUBERNETES_VERSIONS = ("1.27.0", kubernetes_validate.utils.latest_version())
 KTHENA_GROUPS = ("workload.serving.volcano.sh", "networking.serving.volcano.sh")
+# Kinds outside Kubernetes and Kthena, checked against a schema of the fields the chart renders.
+SUBSET_SCHEMAS = {("monitoring.coreos.com/v1", "PodMonitor"): "podmonitor.json"}
 
 
 class CrdsMissing(RuntimeError):
@@ -107,7 +110,13 @@ def validate(objects: Iterable[Manifest], crds: Path | None = None) -> list[str]
     errors: list[str] = []
     for obj in objects:
         group = obj.get("apiVersion", "").split("/")[0]
-        if group in KTHENA_GROUPS:
+        subset = SUBSET_SCHEMAS.get((obj.get("apiVersion"), obj.get("kind")))
+        if subset:
+            schema = json.loads((Path(__file__).parent / "schemas" / subset).read_text())
+            errors += [
+                f"{ident(obj)}: {_path(e)}: {e.message}" for e in jsonschema.Draft7Validator(schema).iter_errors(obj)
+            ]
+        elif group in KTHENA_GROUPS:
             errors += validate_crd_object(obj, crds)
             if obj["kind"] == "ModelServing":
                 for label, pod in pod_templates(obj):

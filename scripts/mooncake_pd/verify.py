@@ -1,0 +1,349 @@
+"""Verify a live deployment the way the guide does by hand: every pod ready, a chat request
+through the router answered, and the log lines that prove the KV cache moved from prefill to
+decode for that request.
+
+The decision (`assess`) is a pure function of what was collected (`Snapshot`), so it is tested
+on recorded objects and logs; `collect` does the Kubernetes I/O.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import re
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+KTHENA_GROUP, KTHENA_VERSION, MODELSERVINGS = "workload.serving.volcano.sh", "v1alpha1", "modelservings"
+LABEL = "modelserving.volcano.sh"
+
+# The guide's markers (vLLM-Ascend's mooncake_connector.py and vLLM's loggers.py).
+DELAYING_FREE = re.compile(r"Delaying free of (?P<blocks>\d+) blocks for request (?P<request>\S+)")
+KV_TRANSFER = re.compile(r"KV cache transfer for request (?P<request>\S+) took (?P<ms>\d+(?:\.\d+)?) ms")
+GENERATION = re.compile(r"Avg generation throughput: (?P<rate>\d+(?:\.\d+)?) tokens/s")
+
+
+class VerifyError(RuntimeError):
+    """No cluster, no release or no Kthena CRD: nothing to verify (exit 2)."""
+
+
+@dataclass(frozen=True)
+class Markers:
+    delaying_free: dict[str, int] = field(default_factory=dict)  # request -> blocks
+    transfers: dict[str, list[float]] = field(default_factory=dict)  # request -> ms, one per worker
+    generation_rates: list[float] = field(default_factory=list)
+
+
+def parse_markers(lines: Iterable[str]) -> Markers:
+    """The guide's markers in log lines: prefill's "Delaying free", decode's "KV cache transfer
+    ... took X ms" (one per DP/TP worker) and the generation throughput."""
+    markers = Markers()
+    for line in lines:
+        if m := DELAYING_FREE.search(line):
+            markers.delaying_free[m["request"]] = markers.delaying_free.get(m["request"], 0) + int(m["blocks"])
+        if m := KV_TRANSFER.search(line):
+            markers.transfers.setdefault(m["request"], []).append(float(m["ms"]))
+        if m := GENERATION.search(line):
+            markers.generation_rates.append(float(m["rate"]))
+    return markers
+
+
+def same_request(logged: str, request_id: str) -> bool:
+    """vLLM logs the API request id, sometimes with a suffix of its own."""
+    return logged == request_id or logged.startswith(request_id + "-") or logged.startswith(request_id + "_")
+
+
+@dataclass(frozen=True)
+class Response:
+    status: int
+    body: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """What collect() gathered: the ModelServing, its pods, the answer and the logs after it."""
+
+    modelserving: dict[str, Any]
+    pods: list[dict[str, Any]]
+    response: Response | None
+    logs: dict[str, list[str]]  # pod name -> lines since the request
+    error: str | None = None  # why there is no response
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    ok: bool
+    detail: str
+
+
+@dataclass
+class Report:
+    checks: list[Check]
+    transfers_ms: dict[str, list[float]]
+
+    @property
+    def ok(self) -> bool:
+        return all(c.ok for c in self.checks)
+
+    def to_json(self) -> str:
+        return json.dumps(
+            {"ok": self.ok, "checks": [asdict(c) for c in self.checks], "transfers_ms": self.transfers_ms}, indent=2
+        )
+
+
+def _ready(pod: dict[str, Any]) -> bool:
+    conditions = (pod.get("status") or {}).get("conditions") or []
+    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+
+
+def _labels(pod: dict[str, Any]) -> dict[str, str]:
+    return (pod.get("metadata") or {}).get("labels") or {}
+
+
+def expected_pods(modelserving: dict[str, Any]) -> dict[tuple[str, str], int]:
+    """(serving group, role) -> pods Kthena creates for it."""
+    name = modelserving["metadata"]["name"]
+    spec = modelserving["spec"]
+    return {
+        (f"{name}-{g}", role["name"]): role.get("replicas", 1) * (role.get("workerReplicas", 0) + 1)
+        for g in range(spec.get("replicas", 1))
+        for role in spec["template"]["roles"]
+    }
+
+
+def readiness_checks(snapshot: Snapshot) -> list[Check]:
+    checks = []
+    for (group, role), expected in expected_pods(snapshot.modelserving).items():
+        pods = [
+            p
+            for p in snapshot.pods
+            if _labels(p).get(f"{LABEL}/group-name") == group and _labels(p).get(f"{LABEL}/role") == role
+        ]
+        ready = [p for p in pods if _ready(p)]
+        not_ready = sorted(p["metadata"]["name"] for p in pods if not _ready(p))
+        detail = f"{len(ready)}/{expected} ready" + (f"; not ready: {', '.join(not_ready)}" if not_ready else "")
+        if len(pods) < expected:
+            detail += f"; {expected - len(pods)} missing"
+        checks.append(Check(f"{role} pods of {group}", len(ready) == expected, detail))
+    return checks
+
+
+def _completion(body: dict[str, Any]) -> str:
+    choices = body.get("choices") or [{}]
+    message = choices[0].get("message") or {}
+    return message.get("content") or choices[0].get("text") or ""
+
+
+def assess(snapshot: Snapshot) -> Report:
+    """Every check of the guide, decided on a Snapshot."""
+    checks = readiness_checks(snapshot)
+    response = snapshot.response
+    request_id = (response.body.get("id") if response else None) or ""
+    if response is None:
+        checks.append(Check("test request", False, snapshot.error or "no response"))
+    else:
+        content = _completion(response.body)
+        checks.append(
+            Check(
+                "test request",
+                response.status == 200 and bool(content.strip()),
+                f"HTTP {response.status}, request {request_id or '?'}, {len(content)} characters",
+            )
+        )
+    roles = {_labels(p).get(f"{LABEL}/role") for p in snapshot.pods}
+    by_role: dict[str, Markers] = {}
+    for role in roles:
+        lines = [
+            line
+            for p in snapshot.pods
+            if _labels(p).get(f"{LABEL}/role") == role
+            for line in snapshot.logs.get(p["metadata"]["name"], [])
+        ]
+        by_role[role] = parse_markers(lines)
+    role_names = [r["name"] for r in snapshot.modelserving["spec"]["template"]["roles"]]
+    prefill, decode = (by_role.get(role_names[0], Markers()), by_role.get(role_names[-1], Markers()))
+    freed = [b for r, b in prefill.delaying_free.items() if request_id and same_request(r, request_id)]
+    checks.append(
+        Check(
+            "prefill kept the KV cache for decode",
+            bool(freed),
+            f"'Delaying free of {sum(freed)} blocks for request {request_id}'"
+            if freed
+            else f"no 'Delaying free of N blocks for request {request_id or '<id>'}' in {role_names[0]} logs",
+        )
+    )
+    transfers = {r: ms for r, ms in decode.transfers.items() if request_id and same_request(r, request_id)}
+    took = [ms for values in transfers.values() for ms in values]
+    checks.append(
+        Check(
+            "decode received the KV cache",
+            bool(took),
+            f"'KV cache transfer for request {request_id} took' {', '.join(f'{ms:g}' for ms in took)} ms"
+            if took
+            else f"no 'KV cache transfer for request {request_id or '<id>'} took X ms' in {role_names[-1]} logs",
+        )
+    )
+    positive = [r for r in decode.generation_rates if r > 0]
+    checks.append(
+        Check(
+            "decode generated tokens",
+            bool(positive),
+            f"Avg generation throughput up to {max(positive):g} tokens/s"
+            if positive
+            else f"no 'Avg generation throughput' above 0 in {role_names[-1]} logs",
+        )
+    )
+    return Report(checks, {r: ms for r, ms in transfers.items()})
+
+
+# ---- Kubernetes I/O -------------------------------------------------------------------
+
+
+def load_clients(context: str | None = None):
+    """CoreV1Api and CustomObjectsApi from the kubeconfig (or in-cluster); VerifyError without one."""
+    from kubernetes import client, config
+    from kubernetes.config.config_exception import ConfigException
+
+    try:
+        config.load_kube_config(context=context)
+    except (ConfigException, FileNotFoundError, TypeError):
+        try:
+            config.load_incluster_config()
+        except ConfigException:
+            raise VerifyError("no cluster: no kubeconfig (KUBECONFIG or ~/.kube/config) and not in a pod") from None
+    return client.CoreV1Api(), client.CustomObjectsApi()
+
+
+def find_modelserving(custom, release: str, namespace: str) -> dict[str, Any]:
+    from kubernetes.client.exceptions import ApiException
+
+    try:
+        items = custom.list_namespaced_custom_object(
+            KTHENA_GROUP,
+            KTHENA_VERSION,
+            namespace,
+            MODELSERVINGS,
+            label_selector=f"app.kubernetes.io/instance={release}",
+        )["items"]
+    except ApiException as e:
+        if e.status == 404:
+            raise VerifyError("no Kthena CRD: modelservings.workload.serving.volcano.sh is not installed") from None
+        raise VerifyError(f"cannot list ModelServings in {namespace}: {e.reason}") from None
+    except Exception as e:  # connection refused, DNS, TLS: the cluster is not reachable
+        raise VerifyError(f"no cluster: {e.__class__.__name__}: {e}") from None
+    if not items:
+        raise VerifyError(f"no release: no ModelServing of release {release!r} in namespace {namespace!r}")
+    return items[0]
+
+
+def _forwarded_request(core, namespace: str, pod: str, port: int, path: str, body: bytes, timeout: float) -> Response:
+    from kubernetes.stream import portforward
+
+    forward = portforward(core.connect_get_namespaced_pod_portforward, pod, namespace, ports=str(port))
+    connection = http.client.HTTPConnection("localhost", port, timeout=timeout)
+    connection.sock = forward.socket(port)
+    connection.sock.settimeout(timeout)
+    return _post(connection, path, body)
+
+
+def _post(connection: http.client.HTTPConnection, path: str, body: bytes) -> Response:
+    connection.request("POST", path, body=body, headers={"Content-Type": "application/json"})
+    answer = connection.getresponse()
+    raw = answer.read()
+    try:
+        payload = json.loads(raw or b"{}")
+    except json.JSONDecodeError:
+        payload = {"raw": raw[:500].decode(errors="replace")}
+    return Response(answer.status, payload)
+
+
+def send_request(core, modelserving, url: str | None, model: str, timeout: float) -> Response:
+    """The guide's chat request, to --url or through a port-forward to the router's Service."""
+    body = json.dumps(
+        {"model": model, "messages": [{"role": "user", "content": "Hello, how are you?"}], "max_tokens": 100}
+    ).encode()
+    if url:
+        from urllib.parse import urlsplit
+
+        parts = urlsplit(url)
+        connection = http.client.HTTPConnection(parts.hostname, parts.port or 80, timeout=timeout)
+        return _post(connection, (parts.path.rstrip("/") or "") + "/v1/chat/completions", body)
+    namespace = modelserving["metadata"]["namespace"]
+    service = f"{modelserving['metadata']['name']}-proxy"
+    endpoints = core.read_namespaced_endpoints(service, namespace)
+    for subset in endpoints.subsets or []:
+        for address in subset.addresses or []:
+            if address.target_ref and address.target_ref.kind == "Pod":
+                port = subset.ports[0].port
+                return _forwarded_request(
+                    core, namespace, address.target_ref.name, port, "/v1/chat/completions", body, timeout
+                )
+    raise RuntimeError(f"Service {service} has no ready pod to forward to (use --url for the Kthena router)")
+
+
+def collect(
+    core,
+    custom,
+    release: str,
+    namespace: str,
+    *,
+    url: str | None,
+    model: str | None,
+    log_wait: float,
+    timeout: float,
+    progress: Callable[[str], None],
+) -> Snapshot:
+    modelserving = find_modelserving(custom, release, namespace)
+    name = modelserving["metadata"]["name"]
+    progress(f"ModelServing {namespace}/{name}: {modelserving['spec'].get('replicas', 1)} serving group(s)")
+    pods = [p.to_dict() for p in core.list_namespaced_pod(namespace, label_selector=f"{LABEL}/name={name}").items]
+    pods = [_camel(p) for p in pods]
+    progress(f"{len(pods)} pod(s); sending the test request")
+    model = model or served_name(modelserving)
+    start = time.time()
+    response, error = None, None
+    try:
+        response = send_request(core, modelserving, url, model, timeout)
+        progress(f"HTTP {response.status} for request {response.body.get('id', '?')}")
+    except Exception as e:  # report it as a failed check, with the reason
+        error = f"{e.__class__.__name__}: {e}"
+        progress(f"test request failed: {error}")
+    logs: dict[str, list[str]] = {}
+    deadline = time.time() + log_wait
+    while True:
+        since = int(time.time() - start) + 5
+        for pod in pods:
+            container = pod["spec"]["containers"][0]["name"]
+            text = core.read_namespaced_pod_log(
+                pod["metadata"]["name"], namespace, container=container, since_seconds=since
+            )
+            logs[pod["metadata"]["name"]] = text.splitlines()
+        snapshot = Snapshot(modelserving, pods, response, logs, error)
+        if assess(snapshot).ok or time.time() >= deadline or response is None:
+            return snapshot
+        progress("waiting for the KV transfer log lines ...")
+        time.sleep(5)
+
+
+def served_name(modelserving: dict[str, Any]) -> str:
+    """The model clients request: the chart's annotation on the ModelServing."""
+    annotations = modelserving["metadata"].get("annotations") or {}
+    if "mooncake-pd/served-model-name" not in annotations:
+        raise VerifyError("the ModelServing has no mooncake-pd/served-model-name annotation: pass --model")
+    return annotations["mooncake-pd/served-model-name"]
+
+
+def _camel(pod: dict[str, Any]) -> dict[str, Any]:
+    """The client's snake_case pod dict, with the few keys assess() reads in API (camel) form."""
+    return {
+        "metadata": {"name": pod["metadata"]["name"], "labels": pod["metadata"].get("labels") or {}},
+        "spec": {"containers": [{"name": c["name"]} for c in pod["spec"]["containers"]]},
+        "status": {
+            "conditions": [
+                {"type": c["type"], "status": c["status"]} for c in (pod.get("status") or {}).get("conditions") or []
+            ]
+        },
+    }
