@@ -83,13 +83,20 @@ def validate_crd_object(obj: Manifest, folder: Path | None = None) -> list[str]:
 
 
 def validate_core_object(obj: Manifest, versions: Iterable[str] = KUBERNETES_VERSIONS) -> list[str]:
+    return list(_validate_core(json.dumps(obj, sort_keys=True), tuple(versions)))
+
+
+@cache
+def _validate_core(canonical: str, versions: tuple[str, ...]) -> tuple[str, ...]:
+    """Validation of one object (as canonical JSON), remembered: renders repeat many objects."""
+    obj = json.loads(canonical)
     errors = []
     for version in versions:
         try:
             kubernetes_validate.validate(copy.deepcopy(obj), version, strict=True)
         except kubernetes_validate.ValidationError as e:
             errors.append(f"{ident(obj)} (Kubernetes {version}): {_path(e)}: {e.message}")
-    return errors
+    return tuple(errors)
 
 
 def pod_templates(modelserving: Manifest) -> list[tuple[str, Manifest]]:
