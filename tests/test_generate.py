@@ -109,22 +109,15 @@ def test_generate_without_override_when_config_has_head_dim():
     assert values["model"]["mla"] is False
 
 
+# vLLM-Ascend's multi-node PD tutorial: prefill DP 2 x TP 8 per node, decode DP 32 x TP 1 on two nodes.
+R1_TOPOLOGY = (
+    *("--model-dir", str(MODELS / "DeepSeek-R1-W8A8"), "--prefill-tp", "8", "--prefill-dp", "2"),
+    *("--decode-tp", "1", "--decode-dp", "32", "--decode-nodes", "2"),
+)
+
+
 def test_generate_mla_model():
-    values, err = generated(
-        "--model-dir",
-        MODELS / "DeepSeek-R1-W8A8",
-        "--prefill-tp",
-        "8",
-        "--prefill-dp",
-        "2",
-        "--decode-tp",
-        "1",
-        "--decode-dp",
-        "32",
-        "--decode-nodes",
-        "2",
-        "--enable-expert-parallel",
-    )
+    values, err = generated(*R1_TOPOLOGY, "--enable-expert-parallel")
     assert values["model"]["mla"] is True
     assert values["model"]["hfOverrides"] == {"head_dim": None}
     assert values["engine"]["args"] == {"enable-expert-parallel": True, "quantization": "ascend"}
@@ -348,20 +341,6 @@ def test_accelerator_profiles_agree_with_the_chart(render: Renderer):
 
 
 def test_weights_that_leave_no_room_for_kv_exit_2():
-    proc = cli(
-        "generate",
-        "--model-dir",
-        MODELS / "DeepSeek-R1-W8A8",
-        "--prefill-tp",
-        "8",
-        "--prefill-dp",
-        "2",
-        "--decode-tp",
-        "1",
-        "--decode-dp",
-        "32",
-        "--decode-nodes",
-        "2",
-    )
+    proc = cli("generate", *R1_TOPOLOGY)
     assert proc.returncode == 2
     assert "leave no room for the KV cache" in proc.stderr and "or --enable-expert-parallel" in proc.stderr
