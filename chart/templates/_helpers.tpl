@@ -80,11 +80,6 @@ image and KV connector. Unknown types fail here and in validate-values. */}}
 {{- default (include "mooncake-pd.accelerator" . | fromJson).connector .Values.kvTransfer.connector -}}
 {{- end }}
 
-{{/* A role's values (.role is "prefill" or "decode"). */}}
-{{- define "mooncake-pd.roleValues" -}}
-{{- toJson (index .root.Values .role) -}}
-{{- end }}
-
 {{/* DP ranks on one pod of a role: parallelism.dataLocal, or all of parallelism.data. */}}
 {{- define "mooncake-pd.dataLocal" -}}
 {{- $p := .parallelism -}}

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from mooncake_pd import scriptrun
-from mooncake_pd.manifests import Manifest, find, one
+from mooncake_pd.manifests import Manifest, one
 
 KTHENA = "modelserving.volcano.sh"
 POD_IP = "192.168.0.25"
@@ -110,7 +110,3 @@ def entry_runs(objects: list[Manifest]) -> list[EngineRun]:
         pod = PodIdentity(name, 0, role["name"], 0, workers=role["workerReplicas"], namespace=namespace)
         runs.append(run_template(objects, role["entryTemplate"], pod))
     return runs
-
-
-def services(objects: list[Manifest]) -> list[Manifest]:
-    return find(objects, "Service")

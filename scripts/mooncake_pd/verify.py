@@ -163,6 +163,7 @@ def assess(snapshot: Snapshot) -> Report:
             for line in snapshot.logs.get(p["metadata"]["name"], [])
         ]
         by_role[role] = parse_markers(lines)
+    # The chart renders the prefill role first and the decode role last.
     role_names = [r["name"] for r in snapshot.modelserving["spec"]["template"]["roles"]]
     prefill, decode = (by_role.get(role_names[0], Markers()), by_role.get(role_names[-1], Markers()))
     freed = [b for r, b in prefill.delaying_free.items() if request_id and same_request(r, request_id)]
@@ -300,7 +301,7 @@ def collect(
     name = modelserving["metadata"]["name"]
     progress(f"ModelServing {namespace}/{name}: {modelserving['spec'].get('replicas', 1)} serving group(s)")
     pods = [p.to_dict() for p in core.list_namespaced_pod(namespace, label_selector=f"{LABEL}/name={name}").items]
-    pods = [_camel(p) for p in pods]
+    pods = [_pod_view(p) for p in pods]
     progress(f"{len(pods)} pod(s); sending the test request")
     model = model or served_name(modelserving)
     start = time.time()
@@ -336,7 +337,7 @@ def served_name(modelserving: dict[str, Any]) -> str:
     return annotations["mooncake-pd/served-model-name"]
 
 
-def _camel(pod: dict[str, Any]) -> dict[str, Any]:
+def _pod_view(pod: dict[str, Any]) -> dict[str, Any]:
     """The client's snake_case pod dict, with the few keys assess() reads in API (camel) form."""
     return {
         "metadata": {"name": pod["metadata"]["name"], "labels": pod["metadata"].get("labels") or {}},
