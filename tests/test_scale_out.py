@@ -51,6 +51,18 @@ def test_matrix_renders_validates_and_covers_every_pod(render: Renderer, crds, g
         assert len([p for p in pods if selects(service, p)]) == 1
         assert all(p.index == 0 for p in pods if selects(service, p))
 
+    # Every pod's start script runs (stub vllm) with its DP ranks inside the role's DP size.
+    for role in ms["spec"]["template"]["roles"]:
+        for index in range(role["workerReplicas"] + 1):
+            pod = engines.PodIdentity(
+                "deepseek-pd", groups - 1, role["name"], role["replicas"] - 1, index, workers=role["workerReplicas"]
+            )
+            template = role["entryTemplate"] if index == 0 else role["workerTemplate"]
+            flags = engines.run_template(rendered.objects, template, pod).serve["flags"]
+            local = int(flags.get("data-parallel-size-local", flags["data-parallel-size"]))
+            start = int(flags.get("data-parallel-start-rank", 0))
+            assert start >= 0 and start + local <= int(flags["data-parallel-size"])
+
     kinds = {o["kind"] for o in rendered.objects}
     assert ("Deployment" in kinds) == (router == "proxy")
     assert ({"ModelServer", "ModelRoute"} <= kinds) == (router == "kthena")
