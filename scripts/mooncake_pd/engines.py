@@ -3,7 +3,9 @@ with the environment Kubernetes and Kthena give that pod, against a stub `vllm`.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
+from functools import cache
 from typing import Any
 
 from mooncake_pd import scriptrun
@@ -96,8 +98,16 @@ class EngineRun:
 
 def run_template(objects: list[Manifest], template: dict[str, Any], pod: PodIdentity) -> EngineRun:
     container = template["spec"]["containers"][0]
-    result = scriptrun.run(script_of(objects, template), container_env(container, pod))
+    env = container_env(container, pod)
+    result = _run(script_of(objects, template), json.dumps(env, sort_keys=True))
     return EngineRun(pod.role, pod, result, scriptrun.parse_serve_argv(result.argv, scriptrun.JSON_FLAGS))
+
+
+@cache
+def _run(script: str, env: str) -> scriptrun.Run:
+    """A script run is a function of the script and its environment: identical renders (helm 3
+    and helm 4 give the same bytes) share one run."""
+    return scriptrun.run(script, json.loads(env))
 
 
 def entry_runs(objects: list[Manifest]) -> list[EngineRun]:
