@@ -279,3 +279,79 @@ def test_rendered_labels_are_what_verify_selects(defaults: Rendered):
     ms = defaults.modelserving
     assert ms["metadata"]["labels"]["app.kubernetes.io/instance"] == "deepseek-pd"
     assert verify.expected_pods(ms) == {("deepseek-pd-0", "prefill"): 1, ("deepseek-pd-0", "decode"): 1}
+
+
+class FakePod:
+    def __init__(self, data: dict):
+        self.data = data
+
+    def to_dict(self) -> dict:
+        return self.data
+
+
+class FakeCore:
+    """The two CoreV1Api calls collect() makes, answered from recorded objects and logs."""
+
+    def __init__(self, pods: list[dict], logs: dict[str, list[str]]):
+        self.pods, self.logs, self.log_calls = pods, logs, []
+
+    def list_namespaced_pod(self, namespace, label_selector):
+        assert label_selector == f"{verify.LABEL}/name=deepseek-pd"
+        return type("PodList", (), {"items": [FakePod(p) for p in self.pods]})()
+
+    def read_namespaced_pod_log(self, name, namespace, container, since_seconds):
+        self.log_calls.append((name, container, since_seconds))
+        return "\n".join(self.logs[name])
+
+
+def test_collect_with_url_end_to_end(modelserving):
+    """collect() against recorded API answers and a local stand-in router (--url)."""
+    import json as jsonlib
+    import threading
+    from http.server import BaseHTTPRequestHandler, HTTPServer
+
+    seen = []
+
+    class Router(BaseHTTPRequestHandler):
+        def do_POST(self):
+            seen.append((self.path, jsonlib.loads(self.rfile.read(int(self.headers["Content-Length"])))))
+            body = jsonlib.dumps(ANSWER.body).encode()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    server = HTTPServer(("127.0.0.1", 0), Router)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    api_pods = [
+        {**p, "spec": {"containers": [{"name": p["spec"]["containers"][0]["name"], "image": "x"}]}} for p in PODS
+    ]
+    core = FakeCore(api_pods, LOGS)
+    progress: list[str] = []
+    try:
+        snapshot = verify.collect(
+            core,
+            FakeCustom([modelserving]),
+            "deepseek-pd",
+            "default",
+            url=f"http://127.0.0.1:{server.server_port}",
+            model=None,
+            log_wait=0,
+            timeout=10,
+            progress=progress.append,
+        )
+    finally:
+        server.shutdown()
+    assert seen == [
+        (
+            "/v1/chat/completions",
+            {"model": "ds_r1", "max_tokens": 100, "messages": [{"role": "user", "content": "Hello, how are you?"}]},
+        )
+    ]
+    report = verify.assess(snapshot)
+    assert report.ok, report.to_json()
+    assert {c[1] for c in core.log_calls} == {"prefill", "decode"}
+    assert any("HTTP 200 for request " + REQUEST in line for line in progress)
