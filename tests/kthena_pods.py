@@ -2,21 +2,12 @@
 
 from __future__ import annotations
 
-from mooncake_pd.engines import KTHENA, PodIdentity
+from mooncake_pd.engines import PodIdentity
 
 
 def kthena_labels(pod: PodIdentity) -> dict[str, str]:
     """The labels Kthena's controller puts on a pod (facts.md)."""
-    labels = {
-        f"{KTHENA}/name": pod.modelserving,
-        f"{KTHENA}/group-name": f"{pod.modelserving}-{pod.group}",
-        f"{KTHENA}/role": pod.role,
-        f"{KTHENA}/role-id": f"{pod.role}-{pod.replica}",
-        f"{KTHENA}/revision": "any",
-    }
-    if pod.index == 0:
-        labels[f"{KTHENA}/entry"] = "true"
-    return labels
+    return pod.labels()
 
 
 def selects(service: dict, pod: PodIdentity) -> bool:

@@ -38,9 +38,10 @@ with @digest when image.digest is set. */}}
 image that carries the proxy script (CPU only) on NVIDIA. */}}
 {{- define "mooncake-pd.proxyImage" -}}
 {{- $image := .Values.proxy.image -}}
+{{- $profile := include "mooncake-pd.accelerator" . | fromJson -}}
 {{- if $image.repository -}}
-{{- printf "%s:%s" $image.repository (default (include "mooncake-pd.accelerator" . | fromJson).tag $image.tag) -}}
-{{- else if eq (include "mooncake-pd.accelerator" . | fromJson).family "ascend" -}}
+{{- printf "%s:%s" $image.repository (default $profile.tag $image.tag) -}}
+{{- else if eq $profile.family "ascend" -}}
 {{- include "mooncake-pd.image" . -}}
 {{- else -}}
 {{- printf "quay.io/ascend/vllm-ascend:%s" (default "v0.13.0" $image.tag) -}}

@@ -32,15 +32,22 @@ class PodIdentity:
     def name(self) -> str:
         return f"{self.modelserving}-{self.group}-{self.role}-{self.replica}-{self.index}"
 
+    def labels(self) -> dict[str, str]:
+        """The labels Kthena's controller puts on this pod (pkg/apis/workload/v1alpha1/labels.go)."""
+        labels = {
+            f"{KTHENA}/name": self.modelserving,
+            f"{KTHENA}/group-name": f"{self.modelserving}-{self.group}",
+            f"{KTHENA}/role": self.role,
+            f"{KTHENA}/role-id": f"{self.role}-{self.replica}",
+            f"{KTHENA}/revision": "any",
+        }
+        if self.index == 0:
+            labels[f"{KTHENA}/entry"] = "true"
+        return labels
+
     def fields(self) -> dict[str, str]:
         """Downward-API field paths and their values for this pod."""
-        labels = {
-            "name": self.modelserving,
-            "group-name": f"{self.modelserving}-{self.group}",
-            "role": self.role,
-            "role-id": f"{self.role}-{self.replica}",
-        }
-        fields = {f"metadata.labels['{KTHENA}/{k}']": v for k, v in labels.items()}
+        fields = {f"metadata.labels['{k}']": v for k, v in self.labels().items()}
         fields.update(
             {
                 "metadata.name": self.name,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -24,8 +25,6 @@ def template(
     extra_args: Iterable[str] = (),
 ) -> str:
     """`helm template` and return the manifests; raise HelmError with helm's message."""
-    import json
-
     if not Path(helm).exists():
         raise HelmError(f"{helm} is missing: run `make tools` (scripts/install-helm.sh) first")
     cmd = [str(helm), "template", release, str(chart), "--namespace", namespace]

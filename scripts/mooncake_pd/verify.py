@@ -16,8 +16,9 @@ from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from mooncake_pd.engines import KTHENA as LABEL
+
 KTHENA_GROUP, KTHENA_VERSION, MODELSERVINGS = "workload.serving.volcano.sh", "v1alpha1", "modelservings"
-LABEL = "modelserving.volcano.sh"
 
 # The guide's markers (vLLM-Ascend's mooncake_connector.py and vLLM's loggers.py).
 DELAYING_FREE = re.compile(r"Delaying free of (?P<blocks>\d+) blocks for request (?P<request>\S+)")
