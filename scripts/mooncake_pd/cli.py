@@ -65,9 +65,7 @@ def _render(args: argparse.Namespace) -> int:
         print("The rendered manifests are not valid:", *errors, sep="\n  ", file=sys.stderr)
         return 1
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = args.out.with_suffix(args.out.suffix + ".tmp")
-    tmp.write_text(text)
-    tmp.replace(args.out)
+    values_file.write_atomic(args.out, text, backup=False)
     print(
         f"Wrote {args.out} ({len(objects)} objects, validated against Kubernetes "
         f"{' and '.join(validate.KUBERNETES_VERSIONS)} and the Kthena CRDs).\n"
@@ -92,9 +90,7 @@ def _docs(args: argparse.Namespace) -> int:
             return 1
         return 0
     if current != wanted:
-        tmp = readme.with_suffix(".md.tmp")
-        tmp.write_text(wanted)
-        tmp.replace(readme)
+        values_file.write_atomic(readme, wanted, backup=False)
         print("README.md values table updated")
     return 0
 
