@@ -1,19 +1,27 @@
-# One entry point for people and CI. Every target installs what it needs first:
-# a virtualenv in .venv (requirements.txt) and pinned helm 3 and 4 in .tools/helm.
+# One entry point for people and CI. Every target installs what it needs first: a virtualenv in
+# .venv (requirements.txt), pinned helm 3 and 4 in .tools/helm, and for the tests checkov in its
+# own venv. `make render` installs only the venv and one helm.
 SHELL := /bin/bash
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 HELM_VERSIONS := 3.17.2 4.1.4
-HELM ?= .tools/helm/4.1.4/helm
+PINNED_HELM := .tools/helm/4.1.4/helm
+# HELM=<path or name on PATH> renders with a helm you already have (3.8+ or 4.x; the summary
+# line says which one was used); unset, the pinned download.
+HELM ?=
+RENDER_HELM := $(if $(HELM),$(HELM),$(PINNED_HELM))
+RENDER_HELM_DEP := $(if $(HELM),,$(PINNED_HELM))
 CT_TARGET_BRANCH ?= main
 CHECKOV_STAMP := .tools/checkov/.installed
+CONFORMANCE_STAMP := .tools/conformance/.installed
+CHART_VERSION = $(shell sed -n 's/^version: *//p' chart/Chart.yaml)
 
-.PHONY: help tools helm render test golden docs lint clean
+.PHONY: help tools helm render test conformance golden docs lint package clean
 
 help: ## List the targets.
-	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-8s %s\n", $$1, $$2}'
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
 
 $(STAMP): requirements.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -26,31 +34,49 @@ $(CHECKOV_STAMP): requirements-checkov.txt
 	.tools/checkov/bin/python -m pip install --quiet -r requirements-checkov.txt
 	touch $@
 
+$(CONFORMANCE_STAMP): requirements-conformance.txt
+	$(PYTHON) -m venv .tools/conformance
+	.tools/conformance/bin/python -m pip install --quiet -r requirements-conformance.txt
+	.tools/conformance/bin/python -m pip install --quiet --no-deps -r requirements-conformance-nodeps.txt
+	touch $@
+
+$(PINNED_HELM): scripts/install-helm.sh
+	scripts/install-helm.sh 4.1.4
+
 helm: ## Install the pinned helm binaries (checksummed) into .tools/helm.
 	scripts/install-helm.sh $(HELM_VERSIONS)
 
-tools: $(STAMP) $(CHECKOV_STAMP) helm ## Install everything the other targets need.
+tools: $(STAMP) $(CHECKOV_STAMP) $(CONFORMANCE_STAMP) helm ## Install everything the other targets need.
 
-render: tools ## Render the chart with its defaults, validate it, write out/ and print a summary.
-	$(PY) -m mooncake_pd --helm $(HELM) render --out out/mooncake-pd.yaml
+render: $(STAMP) $(RENDER_HELM_DEP) ## Render the chart with its defaults, validate it, write out/ and print a summary.
+	$(PY) -m mooncake_pd --helm $(RENDER_HELM) render --out out/mooncake-pd.yaml
 
-test: tools ## Run the whole test suite (helm 3 and helm 4).
+test: tools ## Run the whole test suite (helm 3 and helm 4, and the conformance checks).
 	$(PY) -m pytest
 
-golden: tools ## Regenerate tests/golden/ from the chart; read the diff before committing.
-	$(PY) -m mooncake_pd --helm $(HELM) golden
+conformance: $(STAMP) $(CONFORMANCE_STAMP) helm ## Only the runtime-conformance checks (real torch, torch_npu, modelscope).
+	$(PY) -m pytest -m conformance
+
+golden: $(STAMP) helm ## Regenerate tests/golden/ from the chart; read the diff before committing.
+	$(PY) -m mooncake_pd --helm $(PINNED_HELM) golden
 	git diff --stat -- tests/golden
 
-docs: tools ## Regenerate the README values table from chart/values.schema.json.
+docs: $(STAMP) ## Regenerate the values reference (docs/values.md) from chart/values.schema.json.
 	$(PY) -m mooncake_pd docs
 
-lint: tools ## What ct lint does, locally: helm lint --strict per chart/ci file under helm 3 and 4, yamllint, Chart.yaml and version bump; plus ruff.
+lint: $(STAMP) helm ## What ct lint does, locally: helm lint --strict per chart/ci file under helm 3 and 4, yamllint, Chart.yaml and version bump; plus ruff.
 	$(VENV)/bin/ruff check scripts tests
 	$(VENV)/bin/ruff format --check scripts tests
 	$(VENV)/bin/yamllint --strict .
 	for v in $(HELM_VERSIONS); do for f in chart/ci/*-values.yaml; do \
 	  .tools/helm/$$v/helm lint --strict chart --values $$f || exit 1; done; done
 	$(PY) -m mooncake_pd chartcheck --base $(CT_TARGET_BRANCH)
+
+package: $(STAMP) helm ## Package the chart into out/mooncake-pd-<version>.tgz (push: see docs/packaging.md).
+	mkdir -p out
+	$(PINNED_HELM) lint --strict chart
+	$(PINNED_HELM) package chart --destination out
+	@echo "push: $(PINNED_HELM) push out/mooncake-pd-$(CHART_VERSION).tgz oci://<registry>/<path>"
 
 clean: ## Remove the virtualenv, tools and outputs.
 	rm -rf $(VENV) .tools out

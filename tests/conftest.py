@@ -89,8 +89,7 @@ def defaults(render: Renderer) -> Rendered:
 @pytest.fixture(scope="session")
 def crds() -> Path:
     folder = paths.crds_dir()
-    if not folder.is_dir():
-        pytest.skip(f"Kthena CRDs not found at {folder}: set KTHENA_CRDS_DIR or put ../shared beside the repo")
+    assert folder.is_dir(), f"Kthena CRDs not found at {folder}: KTHENA_CRDS_DIR names no folder"
     return folder
 
 

@@ -127,6 +127,10 @@ def test_workflow_runs_the_documented_commands():
     assert "ct lint --config ct.yaml" in text
     assert "--dry-run=server" in text
     assert "chart/ci/*-values.yaml" in text
+    # The CRDs come from the repository (vendored), not from the network.
+    assert "kubectl apply --server-side -f scripts/mooncake_pd/crds/kthena/" in text
+    assert (paths.REPO / "scripts/mooncake_pd/crds/kthena").is_dir()
+    assert "curl" not in text
 
 
 def argo_value_files(app: dict) -> list[Path]:
@@ -160,8 +164,8 @@ def test_argocd_examples_point_at_files_that_render(render: Renderer, crds, path
     assert rendered.find("Pod") == [], "Argo CD does not run helm test hooks: the test pod is off"
 
 
-def test_readme_documents_versions_packaging_and_argocd():
-    readme = (paths.REPO / "README.md").read_text()
+def test_docs_document_versions_packaging_and_argocd():
+    readme = "".join(p.read_text() for p in [paths.REPO / "README.md", *sorted((paths.REPO / "docs").glob("*.md"))])
     for expected in [
         "helm package chart",
         "helm push",

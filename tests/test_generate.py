@@ -13,7 +13,7 @@ import yaml
 from conftest import Renderer, assert_valid
 from mooncake_pd import generate as gen
 from mooncake_pd import golden, model, paths
-from mooncake_pd.cli import header_command
+from mooncake_pd.commands.generate import header_command
 
 FIXTURES = Path(__file__).parent / "fixtures"
 MODELS = FIXTURES / "models"

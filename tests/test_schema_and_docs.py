@@ -1,4 +1,5 @@
-"""values.schema.json documents and guards every key; the README table is generated from it."""
+"""values.schema.json documents and guards every key; the values reference (docs/values.md) is
+generated from it."""
 
 from __future__ import annotations
 
@@ -59,9 +60,15 @@ def test_every_schema_property_is_described_and_closed(schema):
             assert "type" in sub, f"{path}{key} has no type"
 
 
-def test_readme_values_table_is_current(schema, defaults):
+def test_values_reference_is_current(schema, defaults):
+    page = docs.VALUES_PAGE.read_text()
+    assert page == docs.render_readme(page, docs.table(schema, defaults)), "run `make docs`"
+
+
+def test_readme_links_every_docs_page():
     readme = (paths.REPO / "README.md").read_text()
-    assert readme == docs.render_readme(readme, docs.table(schema, defaults)), "run `make docs`"
+    for page in sorted((paths.REPO / "docs").glob("*.md")):
+        assert f"](docs/{page.name})" in readme, f"README does not link docs/{page.name}"
 
 
 def test_readme_table_lists_every_schema_key(schema, defaults):

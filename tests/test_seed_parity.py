@@ -17,26 +17,25 @@ from conftest import Rendered, assert_valid
 from mooncake_pd import engines, scriptrun, validate
 
 ROLES = ("prefill", "decode")
-# The guide's per-role values (seed ConfigMap and ModelServing).
-GUIDE = {
-    "prefill": {"port": 7100, "guide_kv_port": "28000", "kv_port": 18000, "HCCL_BUFFSIZE": "256"},
-    "decode": {"port": 7101, "guide_kv_port": "28100", "kv_port": 18100, "HCCL_BUFFSIZE": "600"},
-}
+# The chart's kv ports: the guide's 28000/28100 lie in Mooncake's random listener range (README).
+KV_PORTS = {"prefill": 18000, "decode": 18100}
 
 
 def test_modelserving_spec(defaults: Rendered):
     ms = defaults.modelserving
+    g = guide.MODELSERVING
     assert ms["apiVersion"] == "workload.serving.volcano.sh/v1alpha1"
-    assert ms["metadata"]["name"] == "deepseek-pd"
+    assert ms["metadata"]["name"] == g["name"]
+    assert ms["metadata"]["namespace"] == g["namespace"]
     spec = ms["spec"]
-    assert spec["schedulerName"] == "volcano"
-    assert spec["replicas"] == 1
-    assert spec["recoveryPolicy"] == "ServingGroupRecreate"
-    assert spec["template"]["restartGracePeriodSeconds"] == 60
-    assert [r["name"] for r in spec["template"]["roles"]] == ["prefill", "decode"]
+    assert spec["schedulerName"] == g["schedulerName"]
+    assert spec["replicas"] == g["replicas"]
+    assert spec["recoveryPolicy"] == g["recoveryPolicy"]
+    assert spec["template"]["restartGracePeriodSeconds"] == g["restartGracePeriodSeconds"]
+    assert [r["name"] for r in spec["template"]["roles"]] == g["roles"]
     for role in spec["template"]["roles"]:
-        assert role["replicas"] == 1
-        assert role["workerReplicas"] == 0
+        assert role["replicas"] == g["roleReplicas"]
+        assert role["workerReplicas"] == g["workerReplicas"]
         assert "workerTemplate" not in role
 
 
@@ -46,36 +45,16 @@ def test_engine_pod(defaults: Rendered, role: str):
     assert pod["hostNetwork"] is True
     container = pod["containers"][0]
     assert container["name"] == role
-    assert container["image"] == "quay.io/ascend/vllm-ascend:v0.13.0-a3"
+    assert container["image"] == guide.IMAGE
     env = {e["name"]: e for e in container["env"]}
     field = {k: v["valueFrom"]["fieldRef"]["fieldPath"] for k, v in env.items() if "valueFrom" in v}
-    assert field == {
-        "GROUP_NAME": "metadata.labels['modelserving.volcano.sh/group-name']",
-        "ROLE_ID": "metadata.labels['modelserving.volcano.sh/role-id']",
-        "ENGINE_ID": "metadata.name",
-        "POD_IP": "status.podIP",
-        "NODE_IP": "status.hostIP",
-    }
+    # The guide gives ENGINE_ID to decode only; the chart gives both roles the same pod env.
+    assert field == {**guide.POD_ENV_FIELDS, **guide.DECODE_ONLY_FIELDS}
     literal = {k: v["value"] for k, v in env.items() if "value" in v}
-    assert literal == {
-        "ROLE": role,
-        "MODEL_LOCATION": "/models/DeepSeek-R1-Distill-Qwen-1.5B",
-        "TP_SIZE": "2",
-        "DP_SIZE": "4",
-    }
-    port = GUIDE[role]["port"]
-    assert container["readinessProbe"] == {
-        "httpGet": {"path": "/health", "port": port, "scheme": "HTTP"},
-        "initialDelaySeconds": 60,
-        "periodSeconds": 10,
-        "timeoutSeconds": 2,
-        "failureThreshold": 3,
-    }
-    assert {"name": "server", "containerPort": port, "protocol": "TCP"} in container["ports"]
-    assert container["resources"] == {
-        "requests": {"cpu": "32", "memory": "350Gi", "huawei.com/ascend-1980": "8"},
-        "limits": {"cpu": "94", "memory": "900Gi", "huawei.com/ascend-1980": "8"},
-    }
+    assert literal == {**guide.POD_ENV_VALUES, "ROLE": role}
+    assert container["readinessProbe"] == guide.readiness_probe(role)
+    assert {"name": "server", "containerPort": guide.PORTS[role], "protocol": "TCP"} in container["ports"]
+    assert container["resources"] == guide.RESOURCES
 
 
 @pytest.mark.parametrize("role", ROLES)
@@ -83,18 +62,12 @@ def test_mounts_and_volumes(defaults: Rendered, role: str):
     pod = defaults.role(role)["entryTemplate"]["spec"]
     mounts = {m["mountPath"]: m for m in pod["containers"][0]["volumeMounts"]}
     volumes = {v["name"]: v for v in pod["volumes"]}
-    expected_host = {
-        "/models": "/models",
-        "/etc/hccn.conf": "/etc/hccn.conf",
-        "/usr/local/Ascend/driver/tools/hccn_tool": "/usr/local/Ascend/driver/tools/hccn_tool",
-        "/etc/ascend_install.info": "/etc/ascend_install.info",
-    }
-    for mount_path, host_path in expected_host.items():
+    for mount_path, host_path in guide.HOST_MOUNTS.items():
         mount = mounts[mount_path]
         assert mount.get("readOnly") is True, f"{mount_path} must be read-only"
         assert volumes[mount["name"]]["hostPath"]["path"] == host_path
     assert volumes[mounts["/models"]["name"]]["hostPath"]["type"] == "Directory"
-    assert volumes[mounts["/dev/shm"]["name"]]["emptyDir"] == {"medium": "Memory"}
+    assert volumes[mounts[guide.SHM]["name"]]["emptyDir"] == {"medium": "Memory"}
     script = mounts[f"/workspace/{role}.sh"]
     assert script["subPath"] == f"{role}.sh"
     assert volumes[script["name"]]["configMap"]["name"] == "deepseek-pd-scripts"
@@ -109,51 +82,30 @@ def shellcheck() -> str:
     return found
 
 
-def _guide_run(role: str, ours: engines.EngineRun) -> scriptrun.Run:
-    """The guide's own script, run under the same pod environment as ours."""
-    if not guide.SEED.exists():
-        pytest.skip(f"the guide (seed) is not at {guide.SEED}: put ../shared beside the repo")
-    env = {k: v for k, v in ours.run.env.items() if k in _pod_env(ours)}
-    return scriptrun.run(guide.scripts()[role], env)
-
-
-def _pod_env(run: engines.EngineRun) -> set[str]:
-    return (
-        set(run.pod.fields())
-        | set(run.pod.injected_env())
-        | {
-            "ROLE",
-            "GROUP_NAME",
-            "ROLE_ID",
-            "ENGINE_ID",
-            "POD_IP",
-            "NODE_IP",
-            "MODEL_LOCATION",
-            "TP_SIZE",
-            "DP_SIZE",
-        }
-    )
+def expected_serve(role: str) -> dict:
+    """What the guide's script gives `vllm serve`, with the chart's two deliberate differences."""
+    expected = copy.deepcopy(guide.SERVE[role])
+    # Deliberate difference 1: the head_dim fix for the guide's own Qwen2Config crash.
+    expected["flags"]["hf-overrides"] = {"head_dim": 128}
+    # Deliberate difference 2: kv ports moved out of Mooncake's random listener range.
+    expected["flags"]["kv-transfer-config"]["kv_port"] = KV_PORTS[role]
+    return expected
 
 
 @pytest.mark.parametrize("role", ROLES)
 def test_argv_matches_guide(entry_runs, role: str):
-    ours = entry_runs[role]
-    theirs = scriptrun.parse_serve_argv(_guide_run(role, ours).argv, scriptrun.JSON_FLAGS)
-    expected = copy.deepcopy(theirs)
-    # Deliberate difference 1: the head_dim fix for the guide's own Qwen2Config crash.
-    expected["flags"]["hf-overrides"] = {"head_dim": 128}
-    # Deliberate difference 2: kv ports moved out of Mooncake's random listener range.
-    assert expected["flags"]["kv-transfer-config"]["kv_port"] == GUIDE[role]["guide_kv_port"]
-    expected["flags"]["kv-transfer-config"]["kv_port"] = GUIDE[role]["kv_port"]
-    assert ours.serve == expected
+    assert entry_runs[role].serve == expected_serve(role)
+
+
+def _exported(run: engines.EngineRun) -> dict[str, str]:
+    """What the start script exported: its environment less the pod's."""
+    pod_env = set(run.pod.injected_env()) | set(guide.POD_ENV_VALUES) | set(guide.POD_ENV_FIELDS)
+    return {k: v for k, v in run.run.env.items() if k not in pod_env | set(guide.DECODE_ONLY_FIELDS)}
 
 
 @pytest.mark.parametrize("role", ROLES)
 def test_environment_matches_guide(entry_runs, role: str):
-    ours = entry_runs[role]
-    assert ours.run.env == _guide_run(role, ours).env
-    assert ours.run.env["HCCL_BUFFSIZE"] == GUIDE[role]["HCCL_BUFFSIZE"]
-    assert ours.run.env["MOONCAKE_ENGINE_ID"] == f"deepseek-pd-0_{role}-0"
+    assert _exported(entry_runs[role]) == guide.EXPORTS[role]
 
 
 @pytest.mark.parametrize("role", ROLES)
@@ -166,6 +118,26 @@ def test_engine_id_lands_in_connector_json(entry_runs, role: str):
         "prefill": {"tp_size": 2, "dp_size": 4},
         "decode": {"tp_size": 2, "dp_size": 4},
     }
+
+
+if guide.SEED.exists():
+    # An extra check where the guide itself is beside the repository (../shared): its own
+    # scripts, run with a stub vllm, do what the table above says.
+
+    @pytest.mark.parametrize("role", ROLES)
+    def test_table_is_what_the_guides_scripts_do(role: str):
+        pod = engines.PodIdentity("deepseek-pd", 0, role, 0, ip=guide.POD_IP)
+        env = {
+            **{k: v for k, v in guide.POD_ENV_VALUES.items() if v is not None},
+            "ROLE": role,
+            "GROUP_NAME": pod.labels()["modelserving.volcano.sh/group-name"],
+            "ROLE_ID": pod.labels()["modelserving.volcano.sh/role-id"],
+            "POD_IP": guide.POD_IP,
+            "NODE_IP": guide.POD_IP,
+        }
+        run = scriptrun.run(guide.scripts()[role], env)
+        assert scriptrun.parse_serve_argv(run.argv, scriptrun.JSON_FLAGS) == guide.SERVE[role]
+        assert {k: v for k, v in run.env.items() if k not in env} == guide.EXPORTS[role]
 
 
 @pytest.mark.parametrize("role", ROLES)

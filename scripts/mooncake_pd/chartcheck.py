@@ -22,9 +22,16 @@ REQUIRED = (
     "kubeVersion",
     "keywords",
     "sources",
+    "icon",
     "maintainers",
 )
-ARTIFACT_HUB = ("artifacthub.io/images", "artifacthub.io/links", "artifacthub.io/changes")
+ARTIFACT_HUB = (
+    "artifacthub.io/category",
+    "artifacthub.io/license",
+    "artifacthub.io/images",
+    "artifacthub.io/links",
+    "artifacthub.io/changes",
+)
 
 
 def chart_yaml_problems(chart: Path = paths.CHART) -> list[str]:
@@ -38,6 +45,10 @@ def chart_yaml_problems(chart: Path = paths.CHART) -> list[str]:
     for maintainer in meta.get("maintainers") or []:
         if not maintainer.get("name"):
             problems.append("Chart.yaml: every maintainer needs a name")
+    if not (chart / "README.md").is_file():
+        problems.append("chart/README.md is missing: `helm show readme` and Artifact Hub show it")
+    if not (chart / "LICENSE").is_file():
+        problems.append("chart/LICENSE is missing: the packaged chart carries its license")
     annotations = meta.get("annotations") or {}
     for key in ARTIFACT_HUB:
         if key not in annotations:

@@ -1,11 +1,18 @@
-"""Where things live in the repository; KTHENA_CRDS_DIR overrides the CRD folder."""
+"""Where things live in the repository and in the package; KTHENA_CRDS_DIR overrides the
+Kthena CRD folder."""
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
+PACKAGE = Path(__file__).resolve().parent
+REPO = PACKAGE.parents[1]
+# Reference data vendored into the package (each folder's SOURCE.md gives its provenance), so a
+# clone or a `pip install` has it without anything beside the repository.
+KTHENA_CRDS = PACKAGE / "crds" / "kthena"
+PROMETHEUS_CRDS = PACKAGE / "crds" / "prometheus-operator"
+VLLM_DATA = PACKAGE / "vllm"
 CHART = REPO / "chart"
 VALUES_DIR = REPO / "values"
 GOLDEN_DIR = REPO / "tests" / "golden"
@@ -18,8 +25,8 @@ NAMESPACE = "default"
 
 
 def crds_dir() -> Path:
-    """The Kthena CRD folder: $KTHENA_CRDS_DIR, else ../shared/kthena-crds beside the repo."""
-    return Path(os.environ.get("KTHENA_CRDS_DIR", REPO.parent / "shared" / "kthena-crds"))
+    """The Kthena CRD folder: $KTHENA_CRDS_DIR, else the CRDs vendored in the package."""
+    return Path(os.environ.get("KTHENA_CRDS_DIR") or KTHENA_CRDS)
 
 
 def helm_binary(version: str = DEFAULT_HELM_VERSION) -> Path:

@@ -19,7 +19,8 @@ with open(os.environ["MOONCAKE_PD_STUB_OUT"], "w") as out:
 """
 
 # Variables the stubbed run or bash itself set; they are not what the script exports.
-NOT_EXPORTED = ("MOONCAKE_PD_STUB_OUT", "PATH", "PWD", "OLDPWD", "SHLVL", "_")
+# PYTHONCOERCECLOCALE=0 keeps the stub's Python from adding LC_CTYPE under the C locale (PEP 538).
+NOT_EXPORTED = ("MOONCAKE_PD_STUB_OUT", "PATH", "PWD", "OLDPWD", "SHLVL", "_", "PYTHONCOERCECLOCALE")
 
 
 class ScriptFailed(RuntimeError):
@@ -45,7 +46,7 @@ def run(script: str, env: dict[str, str], *, extra_path: list[Path] = ()) -> Run
         script_path.write_text(script)
         out = tmpdir / "stub.json"
         path = os.pathsep.join([str(stub.parent), *map(str, extra_path), os.environ.get("PATH", "")])
-        full_env = {**env, "PATH": path, "MOONCAKE_PD_STUB_OUT": str(out)}
+        full_env = {**env, "PATH": path, "MOONCAKE_PD_STUB_OUT": str(out), "PYTHONCOERCECLOCALE": "0"}
         proc = subprocess.run(
             ["bash", str(script_path)], env=full_env, cwd=tmp, capture_output=True, text=True, check=False
         )

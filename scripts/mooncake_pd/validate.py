@@ -1,6 +1,6 @@
 """Validate rendered objects: core kinds against the Kubernetes OpenAPI schemas
-(kubernetes-validate, strict), Kthena kinds against the real CRDs, and the pod templates
-inside a ModelServing as Pods."""
+(kubernetes-validate, strict), Kthena and Prometheus Operator kinds against their real CRDs
+(vendored in the package), and the pod templates inside a ModelServing as Pods."""
 
 from __future__ import annotations
 
@@ -21,8 +21,7 @@ from mooncake_pd.manifests import Manifest, ident
 # The chart's kubeVersion floor and the newest schemas kubernetes-validate ships.
 KUBERNETES_VERSIONS = ("1.27.0", kubernetes_validate.utils.latest_version())
 KTHENA_GROUPS = ("workload.serving.volcano.sh", "networking.serving.volcano.sh")
-# Kinds outside Kubernetes and Kthena, checked against a schema of the fields the chart renders.
-SUBSET_SCHEMAS = {("monitoring.coreos.com/v1", "PodMonitor"): "podmonitor.json"}
+PROMETHEUS_GROUPS = ("monitoring.coreos.com",)
 
 
 class CrdsMissing(RuntimeError):
@@ -51,7 +50,7 @@ def _strict(schema: Any) -> Any:
 def crd_schemas(folder: Path) -> dict[tuple[str, str], dict[str, Any]]:
     """(apiVersion, kind) -> strict openAPIV3Schema of every CRD in the folder."""
     if not folder.is_dir():
-        raise CrdsMissing(f"Kthena CRDs not found at {folder} (set KTHENA_CRDS_DIR)")
+        raise CrdsMissing(f"CRDs not found at {folder} (KTHENA_CRDS_DIR must name a folder of CRD files)")
     schemas: dict[tuple[str, str], dict[str, Any]] = {}
     for path in sorted(folder.glob("*.yaml")):
         crd = yaml.safe_load(path.read_text())
@@ -117,12 +116,8 @@ def validate(objects: Iterable[Manifest], crds: Path | None = None) -> list[str]
     errors: list[str] = []
     for obj in objects:
         group = obj.get("apiVersion", "").split("/")[0]
-        subset = SUBSET_SCHEMAS.get((obj.get("apiVersion"), obj.get("kind")))
-        if subset:
-            schema = json.loads((Path(__file__).parent / "schemas" / subset).read_text())
-            errors += [
-                f"{ident(obj)}: {_path(e)}: {e.message}" for e in jsonschema.Draft7Validator(schema).iter_errors(obj)
-            ]
+        if group in PROMETHEUS_GROUPS:
+            errors += validate_crd_object(obj, paths.PROMETHEUS_CRDS)
         elif group in KTHENA_GROUPS:
             errors += validate_crd_object(obj, crds)
             if obj["kind"] == "ModelServing":

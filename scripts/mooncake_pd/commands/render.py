@@ -1,0 +1,58 @@
+"""`mooncake-pd render`: render the chart, validate every object, write the manifests, summarise."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from mooncake_pd import engines, helm, manifests, paths, summary, validate, values_file
+
+
+def _helm_origin(binary: Path) -> str:
+    """Where the helm in use comes from, for the summary line."""
+    if binary.resolve().is_relative_to(paths.TOOLS_DIR.resolve()):
+        return f"the pinned download, {binary}"
+    return f"HELM={binary}, not the pinned download"
+
+
+def run(args: argparse.Namespace) -> int:
+    binary = helm.resolve(args.helm)
+    helm_version = helm.check_supported(binary)
+    text = helm.template(binary, args.values, release=args.release, namespace=args.namespace)
+    objects = manifests.parse(text)
+    errors = validate.validate(objects)
+    if errors:
+        print("The rendered manifests are not valid:", *errors, sep="\n  ", file=sys.stderr)
+        return 1
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    values_file.write_atomic(args.out, text, backup=False)
+    print(
+        f"Wrote {args.out} ({len(objects)} objects, rendered with helm {helm_version} "
+        f"({_helm_origin(binary)}), validated against Kubernetes "
+        f"{' and '.join(validate.KUBERNETES_VERSIONS)} and the Kthena CRDs).\n"
+    )
+    print(summary.summarize(objects, engines.entry_runs(objects)))
+    return 0
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    render = sub.add_parser(
+        "render",
+        help="render the chart, validate every object, write the manifests and print a summary",
+        description="Render the chart (defaults plus any --values files), validate each object "
+        "against the Kubernetes OpenAPI schemas and the Kthena CRDs, write it to --out, and print "
+        "roles, replicas, devices per pod, ports, KV connector and proxy endpoint.",
+    )
+    render.add_argument(
+        "--values", "-f", type=Path, action="append", default=[], help="values file (repeatable), as for helm"
+    )
+    render.add_argument(
+        "--out",
+        type=Path,
+        default=Path("out/mooncake-pd.yaml"),
+        help="where to write the manifests (default: out/mooncake-pd.yaml)",
+    )
+    render.add_argument("--release", default=paths.RELEASE, help=f"release name (default: {paths.RELEASE})")
+    render.add_argument("--namespace", default=paths.NAMESPACE, help="namespace (default: default)")
+    render.set_defaults(func=run)
