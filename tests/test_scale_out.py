@@ -80,11 +80,12 @@ def check_model_server(rendered: Rendered, pods) -> None:
     group_key = selector["pdGroup"]["groupKey"]
     for pod in pods:
         labels = kthena_labels(pod)
-        in_server = all(labels.get(k) == v for k, v in selector["matchLabels"].items())
-        assert in_server, pod
-        as_prefill = all(labels.get(k) == v for k, v in selector["pdGroup"]["prefillLabels"].items())
-        as_decode = all(labels.get(k) == v for k, v in selector["pdGroup"]["decodeLabels"].items())
-        # Entry pods serve; workers of a multi-node role are never routed to.
+        # Kthena binds every Ready pod that matches matchLabels and polls it on workloadPort
+        # (modelserver_controller.go): only entry pods serve, so workers must not match.
+        bound = all(labels.get(k) == v for k, v in selector["matchLabels"].items())
+        assert bound == (pod.index == 0), pod
+        as_prefill = bound and all(labels.get(k) == v for k, v in selector["pdGroup"]["prefillLabels"].items())
+        as_decode = bound and all(labels.get(k) == v for k, v in selector["pdGroup"]["decodeLabels"].items())
         assert as_prefill == (pod.role == "prefill" and pod.index == 0)
         assert as_decode == (pod.role == "decode" and pod.index == 0)
         assert group_key in labels
@@ -118,11 +119,11 @@ THREE_NODE_DECODE = {"decode": {"workerReplicas": 2, "parallelism": {"tensor": 1
 
 def test_multi_node_ranks_are_consistent(render: Renderer):
     """Entry and every worker of a 3-node decode instance: DP ranks 0..11 exactly once, one head
-    address and RPC port, one engine_id, the connector's dp_size the global DP."""
+    address and RPC port, an engine_id per node, the connector's dp_size the global DP."""
     rendered = render(overrides=THREE_NODE_DECODE)
     role = rendered.role("decode")
     ranks: list[int] = []
-    heads, engine_ids = set(), set()
+    heads, engine_ids, rank_ids = set(), set(), set()
     for index in range(role["workerReplicas"] + 1):
         pod = engines.PodIdentity("deepseek-pd", 0, "decode", 0, index, workers=role["workerReplicas"])
         template = role["entryTemplate"] if index == 0 else role["workerTemplate"]
@@ -139,9 +140,12 @@ def test_multi_node_ranks_are_consistent(render: Renderer):
         kv = flags["kv-transfer-config"]
         assert kv["kv_connector_extra_config"]["decode"] == {"tp_size": 1, "dp_size": 12}
         engine_ids.add(kv["engine_id"])
+        # vLLM appends the *local* DP rank to engine_id (vllm/v1/engine/core.py, 0.13.0).
+        rank_ids.update(f"{kv['engine_id']}_dp{r}" for r in range(local))
     assert sorted(ranks) == list(range(12))
     assert heads == {("deepseek-pd-0-decode-0-0.default", "12322")}
-    assert engine_ids == {"deepseek-pd-0_decode-0"}
+    assert engine_ids == {f"deepseek-pd-0_decode-0_node{i}" for i in range(3)}
+    assert len(rank_ids) == 12, "every DP rank of the instance needs its own engine_id"
 
 
 @pytest.mark.parametrize("index", ["0", "x", ""])

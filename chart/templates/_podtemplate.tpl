@@ -247,9 +247,10 @@ records what is there, and a lock keeps pods sharing a claim from downloading to
   - name: DOWNLOAD_REPO
     value: {{ $download.repo | toJson }}
   - name: DOWNLOAD_REVISION
-    value: {{ $download.revision | toJson }}
+    value: {{ include "mooncake-pd.downloadRevision" . | toJson }}
   - name: HF_HUB_DISABLE_TELEMETRY
     value: "1"
+  {{- include "mooncake-pd.cpuPythonEnv" . | nindent 2 }}
   {{- with $download.tokenSecret.name }}
   - name: {{ ternary "MODELSCOPE_API_TOKEN" "HF_TOKEN" (eq $download.hub "modelscope") }}
     valueFrom:
@@ -266,6 +267,14 @@ records what is there, and a lock keeps pods sharing a claim from downloading to
   volumeMounts:
   - name: model
     mountPath: {{ .Values.model.storage.mountPath | toJson }}
+{{- end }}
+
+{{/* model.download.revision, or the hub's default branch: ModelScope's is master (modelscope
+hub/api.py raises NotExistError for a revision that is no branch or tag, so main fails there),
+Hugging Face's main. */}}
+{{- define "mooncake-pd.downloadRevision" -}}
+{{- $download := .Values.model.download -}}
+{{- default (ternary "master" "main" (eq $download.hub "modelscope")) $download.revision -}}
 {{- end }}
 
 {{- define "mooncake-pd.downloadProgram" -}}

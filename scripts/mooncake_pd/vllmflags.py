@@ -1,0 +1,91 @@
+"""vLLM 0.13.0's command-line options, read from vLLM's own parser (vendored in vllm/, see its
+SOURCE.md): check a `vllm serve` or `vllm bench serve` command line, or a flag name, against them."""
+
+from __future__ import annotations
+
+import difflib
+import json
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+
+from mooncake_pd import paths
+
+SERVE = "serve-flags-0.13.0.json"
+BENCH_SERVE = "bench-serve-flags-0.13.0.json"
+
+
+@dataclass(frozen=True)
+class Option:
+    """One option: every spelling, what it takes (bool: nothing; value: one; list: one or more),
+    the values the parser allows and its default (bench serve lists defaults)."""
+
+    options: tuple[str, ...]
+    dest: str
+    kind: str
+    choices: tuple[str, ...] | None
+    default: object = None
+
+
+@cache
+def options(name: str = SERVE, folder: Path = paths.VLLM_DATA) -> dict[str, Option]:
+    """Every spelling (`--max-model-len`, `--no-enable-prefix-caching`, `-tp`) -> its option."""
+    data = json.loads((folder / name).read_text())
+    found: dict[str, Option] = {}
+    for flag in data["flags"]:
+        choices = tuple(str(c) for c in flag["choices"]) if flag.get("choices") else None
+        option = Option(tuple(flag["options"]), flag["dest"], flag["kind"], choices, flag.get("default"))
+        for spelling in option.options:
+            found[spelling] = option
+    return found
+
+
+def lookup(flag: str, name: str = SERVE) -> Option | None:
+    """The option a `--flag` spelling names; vLLM also accepts underscores for dashes."""
+    known = options(name)
+    return known.get(flag) or known.get("--" + flag.removeprefix("--").replace("_", "-"))
+
+
+def suggestion(flag: str, name: str = SERVE) -> str:
+    """' (did you mean --x?)' for the nearest long spelling, or ''."""
+    longs = [o for o in options(name) if o.startswith("--")]
+    close = difflib.get_close_matches("--" + flag.removeprefix("--"), longs, n=1, cutoff=0.75)
+    return f" (did you mean {close[0]}?)" if close else ""
+
+
+def check_argv(argv: list[str], name: str = SERVE) -> list[str]:
+    """Problems with a command line's options (after the subcommand and its positional), as
+    vLLM's parser would see them: unknown flags, a flag given twice, a bool flag with a value,
+    a value flag without one, a value outside the parser's choices. Empty when it parses."""
+    problems: list[str] = []
+    seen: set[str] = set()
+    i = 0
+    while i < len(argv):
+        token = argv[i]
+        if not token.startswith("-"):
+            problems.append(f"unexpected argument {token!r}")
+            i += 1
+            continue
+        flag, has_inline, inline = token.partition("=")
+        option = lookup(flag, name)
+        if option is None:
+            problems.append(f"{flag}: not an option of vLLM 0.13.0{suggestion(flag, name)}")
+            i += 1
+            continue
+        if option.dest in seen:
+            problems.append(f"{flag}: given twice")
+        seen.add(option.dest)
+        values = [inline] if has_inline else []
+        i += 1
+        while not has_inline and i < len(argv) and not argv[i].startswith("--"):
+            values.append(argv[i])
+            i += 1
+            if option.kind == "value":
+                break
+        if option.kind == "bool" and values:
+            problems.append(f"{flag}: takes no value, got {values}")
+        elif option.kind != "bool" and not values:
+            problems.append(f"{flag}: needs a value")
+        elif option.choices and any(v not in option.choices for v in values):
+            problems.append(f"{flag}: {values} not among {list(option.choices)}")
+    return problems
