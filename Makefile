@@ -65,8 +65,8 @@ docs: $(STAMP) ## Regenerate the values reference (docs/values.md) from chart/va
 	$(PY) -m mooncake_pd docs
 
 lint: $(STAMP) helm ## What ct lint does, locally: helm lint --strict per chart/ci file under helm 3 and 4, yamllint, Chart.yaml and version bump; plus ruff.
-	$(VENV)/bin/ruff check scripts tests
-	$(VENV)/bin/ruff format --check scripts tests
+	$(VENV)/bin/ruff check scripts tests chart/files
+	$(VENV)/bin/ruff format --check scripts tests chart/files
 	$(VENV)/bin/yamllint --strict .
 	for v in $(HELM_VERSIONS); do for f in chart/ci/*-values.yaml; do \
 	  .tools/helm/$$v/helm lint --strict chart --values $$f || exit 1; done; done

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+import nodes
 from mooncake_pd import engines, helm, manifests, paths, validate
 
 
@@ -95,7 +96,7 @@ def crds() -> Path:
 
 @pytest.fixture(scope="session")
 def entry_runs(defaults: Rendered) -> dict[str, engines.EngineRun]:
-    return {run.role: run for run in engines.entry_runs(defaults.objects)}
+    return {run.role: run for run in engines.entry_runs(defaults.objects, nodes.for_objects(defaults.objects))}
 
 
 def assert_valid(rendered: Rendered, crds: Path) -> None:

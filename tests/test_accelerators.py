@@ -105,7 +105,7 @@ def auto_nic_run(render: Renderer, accelerator: str, extra_path: list[Path]) -> 
     role = rendered.role("decode")
     pod = engines.PodIdentity("deepseek-pd", 0, "decode", 0)
     env = engines.container_env(role["entryTemplate"]["spec"]["containers"][0], pod)
-    return scriptrun.run(engines.script_of(rendered.objects, role["entryTemplate"]), env, extra_path=extra_path)
+    return engines.run_script(rendered.objects, role["entryTemplate"], env, extra_path=extra_path)
 
 
 @pytest.mark.parametrize("accelerator", ["ascend-a3", "nvidia"])

@@ -98,15 +98,24 @@ def test_generate_for_the_seed_model_equals_chart_defaults(render: Renderer):
     defaults = gen.chart_defaults()
     for key, value in leaves(values):
         assert lookup(defaults, key) == value, key
-    assert values["model"]["hfOverrides"] == {"head_dim": 128}
+    # head_dim is the preflight's, derived from the mounted model at start.
+    assert "hfOverrides" not in values["model"]
     seed_file = paths.VALUES_DIR / "deepseek-r1-distill-qwen-1.5b-a3-1p1d.yaml"
     assert render((seed_file,)).text == golden.golden_path(golden.DEFAULTS).read_text()
 
 
 def test_generate_without_override_when_config_has_head_dim():
     values, _ = generated("--model-dir", MODELS / "Qwen3-8B")
-    assert values["model"]["hfOverrides"] == {"head_dim": None}, "null drops the chart's default override"
+    assert "hfOverrides" not in values["model"]
     assert values["model"]["mla"] is False
+
+
+def test_generate_fixed_head_dim_on_request():
+    """For engine.preflight.checks.model false, where config.json is not read at start."""
+    values, _ = generated("--model-dir", MODELS / "DeepSeek-R1-Distill-Qwen-1.5B", "--fixed-head-dim")
+    assert values["model"]["hfOverrides"] == {"head_dim": 128}
+    values, _ = generated("--model-dir", MODELS / "Qwen3-8B", "--fixed-head-dim")
+    assert "hfOverrides" not in values["model"], "Qwen3's config.json has head_dim: nothing to fix"
 
 
 # vLLM-Ascend's multi-node PD tutorial: prefill DP 2 x TP 8 per node, decode DP 32 x TP 1 on two nodes.
@@ -119,7 +128,7 @@ R1_TOPOLOGY = (
 def test_generate_mla_model():
     values, err = generated(*R1_TOPOLOGY, "--enable-expert-parallel")
     assert values["model"]["mla"] is True
-    assert values["model"]["hfOverrides"] == {"head_dim": None}
+    assert "hfOverrides" not in values["model"], "MLA: no head_dim"
     assert values["engine"]["args"] == {"enable-expert-parallel": True, "quantization": "ascend"}
     assert values["decode"]["workerReplicas"] == 1
     assert values["decode"]["parallelism"] == {"tensor": 1, "data": 32, "dataLocal": 16}
@@ -261,7 +270,7 @@ def test_update_rewrites_only_model_keys(tmp_path: Path):
     path.write_text(STALE)
     check = cli("update", path, "--model-dir", MODELS / "Qwen3-8B", "--check")
     assert check.returncode == 1
-    assert "-    head_dim: 128" in check.stdout and "+    head_dim:" in check.stdout
+    assert "-    head_dim: 128" in check.stdout and "+    head_dim" not in check.stdout
     assert path.read_text() == STALE, "--check changes nothing"
     proc = cli("update", path, "--model-dir", MODELS / "Qwen3-8B")
     assert proc.returncode == 0, proc.stderr
@@ -277,7 +286,7 @@ def test_update_rewrites_only_model_keys(tmp_path: Path):
     ]:
         assert kept in text
     new = yaml.safe_load(text)
-    assert new["model"]["hfOverrides"] == {"head_dim": None, "rope_theta": 1000000}
+    assert new["model"]["hfOverrides"] == {"rope_theta": 1000000}, "the preflight derives head_dim at start"
     assert new["model"]["mla"] is False
     assert new["decode"]["args"]["max-num-seqs"] < 400
     assert list(new) == ["model", "myTeam", "decode", "prefill"], "key order kept, new keys appended"

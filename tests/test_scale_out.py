@@ -156,7 +156,7 @@ def test_worker_script_refuses_a_bad_worker_index(render: Renderer, index: str):
     container = role["workerTemplate"]["spec"]["containers"][0]
     env = {**engines.container_env(container, pod), "WORKER_INDEX": index}
     with pytest.raises(scriptrun.ScriptFailed, match="WORKER_INDEX must be a worker number"):
-        scriptrun.run(engines.script_of(rendered.objects, role["workerTemplate"]), env)
+        engines.run_script(rendered.objects, role["workerTemplate"], env)
 
 
 def test_worker_pods_run_no_server(render: Renderer):
@@ -167,7 +167,7 @@ def test_worker_pods_run_no_server(render: Renderer):
     assert {p["name"] for p in worker["ports"]} == {f"kv-{i}" for i in range(12)}
     assert worker["resources"]["limits"]["huawei.com/ascend-1980"] == "4"
     scripts = rendered.one("ConfigMap")["data"]
-    assert set(scripts) == {"prefill.sh", "decode.sh", "decode-worker.sh"}
+    assert set(scripts) == {"prefill.sh", "decode.sh", "decode-worker.sh", "preflight.py"}
 
 
 def test_scheduling_and_placement(render: Renderer, crds):

@@ -52,9 +52,16 @@ def _objects(node: dict[str, Any], path: str = "") -> list[tuple[str, dict[str, 
     return found
 
 
+# Maps passed through to vLLM that still document (and type) the keys the chart knows about.
+OPEN_MAPS = {"model.hfOverrides."}
+
+
 def test_every_schema_property_is_described_and_closed(schema):
     for path, node in _objects(schema):
-        assert node.get("additionalProperties") is False, f"{path} accepts unknown keys"
+        closed = node.get("additionalProperties") is False
+        assert closed or (path in OPEN_MAPS and node.get("additionalProperties") is True), (
+            f"{path} accepts unknown keys"
+        )
         for key, sub in node["properties"].items():
             assert sub.get("description"), f"{path}{key} has no description"
             assert "type" in sub, f"{path}{key} has no type"

@@ -229,6 +229,51 @@ extension: torch_npu". vllm and modelscope import torch. */}}
   value: "1"
 {{- end }}
 
+{{/* The preflight's settings for a role (files/preflight.py), as JSON: what to check and the
+values key each check answers to. Context: (dict "root" $ "role" "prefill"). */}}
+{{- define "mooncake-pd.preflightSettings" -}}
+{{- $root := .root -}}
+{{- $v := index $root.Values .role -}}
+{{- $p := $v.parallelism -}}
+{{- $profile := include "mooncake-pd.accelerator" $root | fromJson -}}
+{{- $perRank := ternary 1 (int $p.tensor) (eq (include "mooncake-pd.connector" $root) "NixlConnector") -}}
+{{- $ports := list (dict "port" (int $v.port) "key" (printf "%s.port" .role)) (dict "port" (int $v.dataParallelRpcPort) "key" (printf "%s.dataParallelRpcPort" .role)) -}}
+{{- $settings := dict
+  "role" .role
+  "hfOverrides" ($root.Values.model.hfOverrides | default dict)
+  "tensor" (int $p.tensor)
+  "tensorKey" (printf "%s.parallelism.tensor" .role)
+  "dataLocal" (int (include "mooncake-pd.dataLocal" $v))
+  "devicesKey" (printf "%s.parallelism" .role)
+  "maxModelLen" (int64 $root.Values.model.maxModelLen)
+  "ports" $ports
+  "kvPorts" (dict "start" (int $v.kvPort) "perRank" $perRank "key" (printf "%s.kvPort" .role))
+  "family" $profile.family
+  "devicePattern" (ternary "davinci" "nvidia" (eq $profile.family "ascend"))
+  "hccnConf" "/etc/hccn.conf"
+  "hccnTool" "/usr/local/Ascend/driver/tools/hccn_tool"
+  "checks" $root.Values.engine.preflight.checks
+-}}
+{{- toJson $settings -}}
+{{- end }}
+
+{{/* The --hf-overrides part of a start script: the preflight prints the JSON (model.hfOverrides
+with head_dim derived from the mounted model) or refuses, exit 78; without it, model.hfOverrides
+as it is. */}}
+{{- define "mooncake-pd.preflightLines" -}}
+{{- if .root.Values.engine.preflight.enabled }}
+# Preflight (engine.preflight): the mounted model, this node and the topology, before vLLM loads.
+# It prints the --hf-overrides JSON (head_dim follows the model) or refuses with exit 78.
+hf_overrides="$(python3 "$(dirname "$0")/preflight.py" {{ include "mooncake-pd.shellQuote" (include "mooncake-pd.preflightSettings" .) }})"
+{{- else }}
+hf_overrides={{ include "mooncake-pd.shellQuote" (ternary (toJson .root.Values.model.hfOverrides) "" (not (empty .root.Values.model.hfOverrides))) }}
+{{- end }}
+model_args=()
+if [ -n "${hf_overrides}" ]; then
+  model_args+=(--hf-overrides "${hf_overrides}")
+fi
+{{- end }}
+
 {{/* The start script of a role: exports its env, then execs vllm serve with derived and
 user flags. Every value is single-quoted; JSON comes from toJson. */}}
 {{- define "mooncake-pd.script" -}}
@@ -266,12 +311,14 @@ if ! [[ "${WORKER_INDEX}" =~ ^[1-9][0-9]*$ ]]; then
   exit 1
 fi
 start_rank=$(( WORKER_INDEX * {{ int $p.dataLocal }} ))
+{{- include "mooncake-pd.preflightLines" . }}
 exec vllm serve "${MODEL_LOCATION}" \
   --headless \
   --data-parallel-size {{ include "mooncake-pd.shellQuote" (int $p.data) }} \
   --data-parallel-size-local {{ include "mooncake-pd.shellQuote" (int $p.dataLocal) }} \
   --data-parallel-start-rank "${start_rank}" \
 {{- else }}
+{{- include "mooncake-pd.preflightLines" . }}
 exec vllm serve "${MODEL_LOCATION}" \
   --host "${POD_IP}" \
   --port {{ include "mooncake-pd.shellQuote" (int $v.port) }} \
@@ -285,9 +332,7 @@ exec vllm serve "${MODEL_LOCATION}" \
   --tensor-parallel-size {{ include "mooncake-pd.shellQuote" (int $p.tensor) }} \
   --served-model-name {{ include "mooncake-pd.shellQuote" $root.Values.model.servedName }} \
   --max-model-len {{ include "mooncake-pd.shellQuote" (int64 $root.Values.model.maxModelLen) }} \
-{{- with $root.Values.model.hfOverrides }}
-  --hf-overrides {{ include "mooncake-pd.shellQuote" (toJson .) }} \
-{{- end }}
+  "${model_args[@]}" \
 {{- include "mooncake-pd.argLines" $args }}
   --kv-transfer-config "${kv_transfer_config}"
 {{ end }}

@@ -20,6 +20,9 @@ metadata:
   annotations:
     # A change to the start script rolls the pods that run it.
     checksum/script: {{ include "mooncake-pd.script" . | sha256sum }}
+    {{- if $root.Values.engine.preflight.enabled }}
+    checksum/preflight: {{ $root.Files.Get "files/preflight.py" | sha256sum }}
+    {{- end }}
 spec:
   hostNetwork: true
   # Host network pods need this to resolve cluster Services (and ENTRY_ADDRESS).
@@ -57,6 +60,8 @@ spec:
     command: ["/bin/bash"]
     args: [{{ printf "/workspace/%s" $script | toJson }}]
     workingDir: /workspace
+    # A preflight refusal is written to the termination log; otherwise the log's tail.
+    terminationMessagePolicy: FallbackToLogsOnError
     env:
     - name: ROLE
       value: {{ $role | toJson }}
@@ -153,6 +158,12 @@ spec:
       mountPath: {{ printf "/workspace/%s" $script | toJson }}
       subPath: {{ $script | toJson }}
       readOnly: true
+    {{- if $root.Values.engine.preflight.enabled }}
+    - name: scripts
+      mountPath: /workspace/preflight.py
+      subPath: preflight.py
+      readOnly: true
+    {{- end }}
   volumes:
   {{- include "mooncake-pd.modelVolume" $root | nindent 2 }}
   - name: dshm

@@ -1,11 +1,13 @@
 """What each engine pod would run: its start script (from the scripts ConfigMap) executed
-with the environment Kubernetes and Kthena give that pod, against a stub `vllm`."""
+with the environment Kubernetes and Kthena give that pod, on a stand-in of its node (the files
+the preflight reads), against a stub `vllm`."""
 
 from __future__ import annotations
 
 import json
 from dataclasses import dataclass
 from functools import cache
+from pathlib import Path
 from typing import Any
 
 from mooncake_pd import scriptrun
@@ -83,16 +85,62 @@ def container_env(container: dict[str, Any], pod: PodIdentity) -> dict[str, str]
     return env
 
 
-def script_of(objects: list[Manifest], template: dict[str, Any]) -> str:
-    """The start script a pod template runs: the ConfigMap key its container's args name."""
+def _scripts_configmap(objects: list[Manifest], template: dict[str, Any]) -> tuple[dict[str, str], str]:
+    """(the scripts ConfigMap's data, the key of the script the pod template runs)."""
     spec = template["spec"]
     container = spec["containers"][0]
     mounts = {m["mountPath"]: m for m in container.get("volumeMounts", [])}
-    script_path = container["args"][0]
-    mount = mounts[script_path]
+    mount = mounts[container["args"][0]]
     volume = next(v for v in spec["volumes"] if v["name"] == mount["name"])
-    configmap = one(objects, "ConfigMap", volume["configMap"]["name"])
-    return configmap["data"][mount["subPath"]]
+    return one(objects, "ConfigMap", volume["configMap"]["name"])["data"], mount["subPath"]
+
+
+def script_of(objects: list[Manifest], template: dict[str, Any]) -> str:
+    """The start script a pod template runs: the ConfigMap key its container's args name."""
+    data, key = _scripts_configmap(objects, template)
+    return data[key]
+
+
+def beside_script(objects: list[Manifest], template: dict[str, Any]) -> dict[str, str]:
+    """The files mounted next to the script: the preflight program, when rendered."""
+    data, _ = _scripts_configmap(objects, template)
+    return {name: data[name] for name in ("preflight.py",) if name in data}
+
+
+# A config.json with nothing for the preflight to derive or check: for runs where the model is
+# not the point (the render summary, topology tests).
+STAND_IN_MODEL = json.dumps({"architectures": ["stand-in: the model is not read here"]})
+DEVICE_PATTERNS = {"huawei.com/": "davinci", "nvidia.com/": "nvidia"}
+
+
+@dataclass(frozen=True)
+class Node:
+    """The node a pod runs on, as the preflight reads it."""
+
+    model_config: str | None = STAND_IN_MODEL  # config.json text; None: no config.json
+    devices: int | None = None  # device nodes the device plugin mounts; None: as many as requested
+    hccn_conf: str | None = "address_0=192.168.100.10\nnetmask_0=255.255.255.0\n"  # None: missing
+    hccn_link: str = "UP"  # what `hccn_tool -i N -link -g` reports
+
+
+def node_files(container: dict[str, Any], env: dict[str, str], node: Node) -> dict[str, scriptrun.NodeFile]:
+    """The container paths the preflight reads, as `node` holds them."""
+    files = {}
+    if env.get("MODEL_LOCATION") and node.model_config is not None:
+        files[f"{env['MODEL_LOCATION']}/config.json"] = scriptrun.NodeFile(node.model_config)
+    limits = (container.get("resources") or {}).get("limits") or {}
+    for prefix, pattern in DEVICE_PATTERNS.items():
+        requested = sum(int(v) for k, v in limits.items() if k.startswith(prefix))
+        if requested:
+            count = requested if node.devices is None else node.devices
+            files.update({f"/dev/{pattern}{i}": scriptrun.NodeFile("") for i in range(count)})
+    mounts = {m["name"]: m["mountPath"] for m in container.get("volumeMounts", [])}
+    if "hccn-conf" in mounts and node.hccn_conf is not None:
+        files[mounts["hccn-conf"]] = scriptrun.NodeFile(node.hccn_conf)
+    if "hccn-tool" in mounts:
+        tool = f"#!/bin/sh\necho 'link status: {node.hccn_link}'\n"
+        files[mounts["hccn-tool"]] = scriptrun.NodeFile(tool, executable=True)
+    return files
 
 
 @dataclass(frozen=True)
@@ -103,27 +151,55 @@ class EngineRun:
     serve: dict[str, Any]
 
 
-def run_template(objects: list[Manifest], template: dict[str, Any], pod: PodIdentity) -> EngineRun:
+def run_template(objects: list[Manifest], template: dict[str, Any], pod: PodIdentity, node: Node = Node()) -> EngineRun:
+    """Run the pod template's start script as `pod` on `node`; scriptrun.ScriptFailed when it
+    stops before vLLM (a preflight refusal: exit 78, with the termination log)."""
     container = template["spec"]["containers"][0]
     env = container_env(container, pod)
-    result = _run(script_of(objects, template), json.dumps(env, sort_keys=True))
+    files = {path: [f.text, f.executable] for path, f in node_files(container, env, node).items()}
+    result = _run(
+        script_of(objects, template),
+        json.dumps(env, sort_keys=True),
+        json.dumps(beside_script(objects, template), sort_keys=True),
+        json.dumps(files, sort_keys=True),
+    )
     return EngineRun(pod.role, pod, result, scriptrun.parse_serve_argv(result.argv, scriptrun.JSON_FLAGS))
 
 
+def run_script(
+    objects: list[Manifest],
+    template: dict[str, Any],
+    env: dict[str, str],
+    node: Node = Node(),
+    extra_path: list[Path] = (),
+) -> scriptrun.Run:
+    """The pod template's start script under a given environment (not remembered): for runs
+    that change the environment or PATH of a pod."""
+    container = template["spec"]["containers"][0]
+    return scriptrun.run(
+        script_of(objects, template),
+        env,
+        extra_path=extra_path,
+        beside=beside_script(objects, template),
+        node=node_files(container, env, node),
+    )
+
+
 @cache
-def _run(script: str, env: str) -> scriptrun.Run:
-    """A script run is a function of the script and its environment: identical renders (helm 3
-    and helm 4 give the same bytes) share one run."""
-    return scriptrun.run(script, json.loads(env))
+def _run(script: str, env: str, beside: str, node: str) -> scriptrun.Run:
+    """A script run is a function of the script, its environment and its node: identical
+    renders (helm 3 and helm 4 give the same bytes) share one run."""
+    files = {path: scriptrun.NodeFile(text, executable) for path, (text, executable) in json.loads(node).items()}
+    return scriptrun.run(script, json.loads(env), beside=json.loads(beside), node=files)
 
 
-def entry_runs(objects: list[Manifest]) -> list[EngineRun]:
-    """One run per role: the entry pod of replica 0 in serving group 0."""
+def entry_runs(objects: list[Manifest], node: Node = Node()) -> list[EngineRun]:
+    """One run per role: the entry pod of replica 0 in serving group 0, on `node`."""
     modelserving = one(objects, "ModelServing")
     name = modelserving["metadata"]["name"]
     namespace = modelserving["metadata"].get("namespace", "default")
     runs = []
     for role in modelserving["spec"]["template"]["roles"]:
         pod = PodIdentity(name, 0, role["name"], 0, workers=role["workerReplicas"], namespace=namespace)
-        runs.append(run_template(objects, role["entryTemplate"], pod))
+        runs.append(run_template(objects, role["entryTemplate"], pod, node))
     return runs

@@ -1,5 +1,6 @@
 """Values from a model's config.json: the topology the user asks for, checked, plus the keys
-derived from the model (head_dim override, MLA, quantization, max-num-seqs that fit)."""
+derived from the model (MLA, quantization, max-num-seqs that fit; head_dim only on request, since
+the engines' preflight derives it from the mounted model at start)."""
 
 from __future__ import annotations
 
@@ -116,11 +117,18 @@ def check_topology(model: modelmod.Model, accelerator: Accelerator, roles: dict[
 
 
 def derived(
-    model: modelmod.Model, effective: dict[str, Any], *, force: bool = False, hbm_gib: float | None = None
+    model: modelmod.Model,
+    effective: dict[str, Any],
+    *,
+    force: bool = False,
+    hbm_gib: float | None = None,
+    fixed_head_dim: bool = False,
 ) -> tuple[dict[str, Any], Result]:
     """The model-derived keys for a values set (`effective`: chart defaults merged with the
     file), as {dotted key: value, None for null, REMOVE to delete}, and the fit estimate behind
-    them. hbm_gib overrides the accelerator's device memory (NVIDIA GPUs differ)."""
+    them. hbm_gib overrides the accelerator's device memory (NVIDIA GPUs differ). head_dim is
+    written only with fixed_head_dim (where config.json is not read at start): otherwise the
+    preflight derives it from the mounted model, and a fixed one is removed."""
     accelerator = ACCELERATORS.get(effective["accelerator"]["type"])
     if accelerator is None:
         raise GenerateError(
@@ -153,7 +161,7 @@ def derived(
 
     keys: dict[str, Any] = {
         "model.mla": model.is_mla,
-        "model.hfOverrides.head_dim": model.head_dim if model.needs_head_dim_override else None,
+        "model.hfOverrides.head_dim": (model.head_dim if fixed_head_dim and model.needs_head_dim_override else REMOVE),
         "engine.args.quantization": "ascend" if model.ascend_quantization else REMOVE,
     }
     fits = []
@@ -228,6 +236,7 @@ def generate(
     expert_parallel: bool = False,
     force: bool = False,
     hbm_gib: float | None = None,
+    fixed_head_dim: bool = False,
 ) -> Result:
     """A values overlay for the chart: topology and model keys, checked against the model."""
     profile = ACCELERATORS[accelerator]
@@ -254,7 +263,7 @@ def generate(
         }
         if profile.family == "nvidia":
             values[role]["args"] = {flag: None for flag in ASCEND_ONLY_ARGS}
-    keys, result = derived(model, merged(defaults, values), force=force, hbm_gib=hbm_gib)
+    keys, result = derived(model, merged(defaults, values), force=force, hbm_gib=hbm_gib, fixed_head_dim=fixed_head_dim)
     for key, value in keys.items():
         set_dotted(values, key, value)
     result.values = values

@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 import tempfile
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -20,22 +21,58 @@ with open(os.environ["MOONCAKE_PD_STUB_OUT"], "w") as out:
 
 # Variables the stubbed run or bash itself set; they are not what the script exports.
 # PYTHONCOERCECLOCALE=0 keeps the stub's Python from adding LC_CTYPE under the C locale (PEP 538).
-NOT_EXPORTED = ("MOONCAKE_PD_STUB_OUT", "PATH", "PWD", "OLDPWD", "SHLVL", "_", "PYTHONCOERCECLOCALE")
+NOT_EXPORTED = (
+    "MOONCAKE_PD_STUB_OUT",
+    "MOONCAKE_PD_ROOT",
+    "PATH",
+    "PWD",
+    "OLDPWD",
+    "SHLVL",
+    "_",
+    "PYTHONCOERCECLOCALE",
+)
 
 
 class ScriptFailed(RuntimeError):
     """The script exited non-zero or never reached `vllm`."""
+
+    def __init__(self, returncode: int, stderr: str, termination_log: str = ""):
+        super().__init__(f"script exited {returncode}: {stderr.strip()}")
+        self.returncode = returncode
+        self.stderr = stderr
+        self.termination_log = termination_log
 
 
 @dataclass(frozen=True)
 class Run:
     argv: list[str]
     env: dict[str, str]
+    stderr: str = ""
 
 
-def run(script: str, env: dict[str, str], *, extra_path: list[Path] = ()) -> Run:
+@dataclass(frozen=True)
+class NodeFile:
+    """A file of the node the pod sees, written under MOONCAKE_PD_ROOT."""
+
+    text: str
+    executable: bool = False
+
+
+TERMINATION_LOG = "/dev/termination-log"
+
+
+def run(
+    script: str,
+    env: dict[str, str],
+    *,
+    extra_path: list[Path] = (),
+    beside: Mapping[str, str] | None = None,
+    node: Mapping[str, NodeFile] | None = None,
+) -> Run:
     """Run `script` with bash under `env` (plus PATH with the stub first); return the stub's
-    argv and environment."""
+    argv and environment. `beside`: files next to the script (the ConfigMap's other keys);
+    `node`: container paths -> files, laid out under a folder given as MOONCAKE_PD_ROOT, which
+    the preflight reads every absolute path under."""
     with tempfile.TemporaryDirectory() as tmp:
         tmpdir = Path(tmp)
         stub = tmpdir / "bin" / "vllm"
@@ -44,16 +81,32 @@ def run(script: str, env: dict[str, str], *, extra_path: list[Path] = ()) -> Run
         stub.chmod(0o755)
         script_path = tmpdir / "start.sh"
         script_path.write_text(script)
+        for name, text in (beside or {}).items():
+            (tmpdir / name).write_text(text)
+        root = tmpdir / "root"
+        for path, file in {TERMINATION_LOG: NodeFile(""), **(node or {})}.items():
+            target = root / path.lstrip("/")
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_text(file.text)
+            target.chmod(0o755 if file.executable else 0o644)
         out = tmpdir / "stub.json"
         path = os.pathsep.join([str(stub.parent), *map(str, extra_path), os.environ.get("PATH", "")])
-        full_env = {**env, "PATH": path, "MOONCAKE_PD_STUB_OUT": str(out), "PYTHONCOERCECLOCALE": "0"}
+        full_env = {
+            **env,
+            "PATH": path,
+            "MOONCAKE_PD_STUB_OUT": str(out),
+            "MOONCAKE_PD_ROOT": str(root),
+            "PYTHONCOERCECLOCALE": "0",
+        }
         proc = subprocess.run(
             ["bash", str(script_path)], env=full_env, cwd=tmp, capture_output=True, text=True, check=False
         )
         if proc.returncode != 0 or not out.exists():
-            raise ScriptFailed(f"script exited {proc.returncode}: {proc.stderr.strip()}")
+            log = (root / TERMINATION_LOG.lstrip("/")).read_text()
+            raise ScriptFailed(proc.returncode, proc.stderr, log)
         recorded = json.loads(out.read_text())
-    return Run(argv=recorded["argv"], env={k: v for k, v in recorded["env"].items() if k not in NOT_EXPORTED})
+    env_out = {k: v for k, v in recorded["env"].items() if k not in NOT_EXPORTED}
+    return Run(argv=recorded["argv"], env=env_out, stderr=proc.stderr)
 
 
 def parse_serve_argv(argv: list[str], json_flags: frozenset[str]) -> dict[str, Any]:

@@ -115,6 +115,20 @@ def expected_pods(modelserving: dict[str, Any]) -> dict[tuple[str, str], int]:
     }
 
 
+PREFLIGHT = "mooncake-pd preflight:"
+
+
+def preflight_refusal(pod: dict[str, Any]) -> str | None:
+    """The preflight's refusal in a pod's termination message (current or last state), if any:
+    the reason the engine never started."""
+    for status in (pod.get("status") or {}).get("containerStatuses") or []:
+        for state in ("state", "lastState"):
+            message = (((status.get(state) or {}).get("terminated") or {}).get("message") or "").strip()
+            if message.startswith(PREFLIGHT):
+                return message.splitlines()[0]
+    return None
+
+
 def readiness_checks(snapshot: Snapshot) -> list[Check]:
     checks = []
     for (group, role), expected in expected_pods(snapshot.modelserving).items():
@@ -128,6 +142,10 @@ def readiness_checks(snapshot: Snapshot) -> list[Check]:
         detail = f"{len(ready)}/{expected} ready" + (f"; not ready: {', '.join(not_ready)}" if not_ready else "")
         if len(pods) < expected:
             detail += f"; {expected - len(pods)} missing"
+        for pod in sorted((p for p in pods if not _ready(p)), key=lambda p: p["metadata"]["name"]):
+            refusal = preflight_refusal(pod)
+            if refusal:
+                detail += f"; {pod['metadata']['name']}: {refusal}"
         checks.append(Check(f"{role} pods of {group}", len(ready) == expected, detail))
     return checks
 
@@ -346,6 +364,21 @@ def _pod_view(pod: dict[str, Any]) -> dict[str, Any]:
         "status": {
             "conditions": [
                 {"type": c["type"], "status": c["status"]} for c in (pod.get("status") or {}).get("conditions") or []
-            ]
+            ],
+            "containerStatuses": [
+                _container_status(c) for c in (pod.get("status") or {}).get("container_statuses") or []
+            ],
         },
     }
+
+
+def _container_status(status: dict[str, Any]) -> dict[str, Any]:
+    """A container status's termination messages, in API (camel) form."""
+    view: dict[str, Any] = {"name": status.get("name")}
+    for snake, camel in (("state", "state"), ("last_state", "lastState")):
+        terminated = (status.get(snake) or {}).get("terminated")
+        if terminated:
+            view[camel] = {
+                "terminated": {"exitCode": terminated.get("exit_code"), "message": terminated.get("message")}
+            }
+    return view

@@ -15,9 +15,10 @@ GENERATE_HELP = """\
 Write a values file for a model from its config.json. The model files are never edited.
 
 What comes from config.json:
-  head_dim      when config.json lacks it (and the model is not MLA), model.hfOverrides.head_dim
-                = hidden_size // num_attention_heads, passed as vllm serve --hf-overrides; this
-                fixes "'Qwen2Config' object has no attribute 'head_dim'" on the decode side.
+  head_dim      not written: the engines' preflight derives it from the mounted model at start
+                (hidden_size // num_attention_heads where config.json lacks head_dim), which
+                fixes "'Qwen2Config' object has no attribute 'head_dim'". --fixed-head-dim writes
+                model.hfOverrides.head_dim for setups that do not read config.json at start.
   MLA           kv_lora_rank present (DeepSeek-V2/V3/R1): model.mla true, no head_dim override.
   quantization  quant_model_description.json beside config.json (Ascend W8A8):
                 engine.args.quantization ascend; a quantization_config gives a warning to check.
@@ -101,6 +102,7 @@ def run(args: argparse.Namespace) -> int:
         expert_parallel=args.enable_expert_parallel,
         force=args.force,
         hbm_gib=_device_memory(args),
+        fixed_head_dim=args.fixed_head_dim,
     )
     table = gen.fit_table(result.fits)
     title = f"{name}: {roles['prefill'].replicas}P{roles['decode'].replicas}D on {args.accelerator}"
@@ -184,6 +186,12 @@ def register(sub: argparse._SubParsersAction) -> None:
         type=int,
         metavar="N",
         help="context length (default: the chart's 40000, at most max_position_embeddings)",
+    )
+    generate.add_argument(
+        "--fixed-head-dim",
+        action="store_true",
+        help="write model.hfOverrides.head_dim into the file; only for engine.preflight.checks.model false "
+        "(by default the engines' preflight derives head_dim from the mounted model)",
     )
     generate.add_argument("--force", action="store_true", help="allow --max-model-len above max_position_embeddings")
     generate.add_argument("--image", help="engine image as repository:tag (default: vLLM-Ascend for the accelerator)")

@@ -22,7 +22,11 @@ def run(args: argparse.Namespace) -> int:
     except (OSError, yaml.YAMLError) as e:
         raise gen.GenerateError(f"{args.values_file}: cannot read it as YAML: {e}") from None
     keys, result = gen.derived(
-        model, gen.merged(gen.chart_defaults(), current), force=args.force, hbm_gib=args.device_memory_gib
+        model,
+        gen.merged(gen.chart_defaults(), current),
+        force=args.force,
+        hbm_gib=args.device_memory_gib,
+        fixed_head_dim=args.fixed_head_dim,
     )
     wanted = values_file.apply(text, keys)
     if wanted == text:
@@ -50,8 +54,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     update = sub.add_parser(
         "update",
         help="rewrite the model-derived keys of a values file, keeping comments and every other key",
-        description="Recompute the keys a model decides (model.hfOverrides.head_dim, model.mla, "
-        "engine.args.quantization, each role's args.max-num-seqs) for the topology the file "
+        description="Recompute the keys a model decides (model.mla, engine.args.quantization, each "
+        "role's args.max-num-seqs; a fixed model.hfOverrides.head_dim is removed, since the preflight "
+        "derives it at start, unless --fixed-head-dim) for the topology the file "
         "describes, and rewrite only those, keeping comments, key order and all other keys. The "
         "file is replaced atomically and the previous version kept as <file>.bak.",
     )
@@ -61,6 +66,12 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--check",
         action="store_true",
         help="change nothing: print the diff and exit 1 when the file is out of date (for CI)",
+    )
+    update.add_argument(
+        "--fixed-head-dim",
+        action="store_true",
+        help="keep model.hfOverrides.head_dim in the file; only for engine.preflight.checks.model false "
+        "(by default a fixed head_dim is removed: the preflight derives it at start)",
     )
     update.add_argument("--force", action="store_true", help="allow maxModelLen above max_position_embeddings")
     update.add_argument(

@@ -1,0 +1,298 @@
+"""mooncake-pd preflight: runs at the top of every engine start script, before `vllm serve`.
+
+It reads the mounted model's config.json and checks the model, the node and the topology, so that
+a values set that cannot start fails in seconds with one line that names the cause, the values
+key and the fix, instead of a vLLM or Mooncake traceback after minutes of model loading.
+
+Usage: python3 preflight.py '<JSON settings rendered by the chart>'
+  stdout: the --hf-overrides JSON vLLM must get ("" for none): the chart's model.hfOverrides
+          plus head_dim derived from the model when config.json lacks it.
+  stderr: one summary line, warnings, or the refusal.
+  exit 0: go on; exit 78 (EX_CONFIG): refused, before vLLM starts. The refusal is also written
+          to the termination log, so `kubectl describe pod` and `mooncake-pd verify` show it.
+
+MOONCAKE_PD_ROOT (empty in pods) is a folder that every absolute path read or written here is
+taken relative to, to run the checks against a copy of a node's files (the chart's tests do).
+Python 3.8+, standard library only: it runs with the image's own python3.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import re
+import socket
+import subprocess
+import sys
+
+EX_CONFIG = 78
+PREFIX = "mooncake-pd preflight:"
+
+
+class Refusal(Exception):
+    """A check failed: what, the values key, and the fix."""
+
+    def __init__(self, what: str, key: str, fix: str):
+        super().__init__(f"{PREFIX} {what}, {key}, {fix}")
+
+
+def host_path(path: str) -> str:
+    """A container path under MOONCAKE_PD_ROOT (tests), or as it is (pods)."""
+    root = os.environ.get("MOONCAKE_PD_ROOT", "")
+    return os.path.join(root, path.lstrip("/")) if root else path
+
+
+def load_config(model_path: str, key: str) -> dict:
+    path = os.path.join(model_path, "config.json")
+    try:
+        with open(host_path(path)) as f:
+            config = json.load(f)
+    except (OSError, ValueError) as e:
+        reason = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
+        raise Refusal(
+            f"cannot read the model's {path} ({reason})",
+            key,
+            "point it at a folder holding the model's config.json (check the model volume and model.storage)",
+        ) from None
+    if not isinstance(config, dict):
+        raise Refusal(f"{path} is not a JSON object", key, "mount the model's own config.json")
+    return config
+
+
+def text_config(config: dict) -> tuple[dict, bool]:
+    """The language model's settings (vLLM's hf_text_config): text_config of a multimodal
+    config, else the config itself; and whether it was nested."""
+    nested = config.get("text_config")
+    return (nested, True) if isinstance(nested, dict) else (config, False)
+
+
+def is_mla(text: dict) -> bool:
+    """Multi-head latent attention (DeepSeek-V2/V3/R1): kv_lora_rank set."""
+    return bool(text.get("kv_lora_rank"))
+
+
+def head_dim_overrides(config: dict, overrides: dict, key: str) -> tuple[dict, str]:
+    """The --hf-overrides to pass, and a note for the summary. head_dim follows the model:
+    derived as hidden_size // num_attention_heads (as vLLM's Qwen2 attention computes it) when
+    config.json lacks it and the model is not MLA; an explicit value must agree with the model.
+    For a multimodal config the override goes under text_config, the nested config vLLM updates
+    (vllm/config/model.py _apply_dict_overrides)."""
+    text, nested = text_config(config)
+    out = json.loads(json.dumps(overrides))
+    explicit = out.get("head_dim")
+    if nested and isinstance(out.get("text_config"), dict) and "head_dim" in out["text_config"]:
+        explicit = out["text_config"]["head_dim"]
+    if is_mla(text):
+        return out, "MLA model: no head_dim"
+    heads, hidden, model_head_dim = text.get("num_attention_heads"), text.get("hidden_size"), text.get("head_dim")
+    derived = hidden // heads if isinstance(hidden, int) and isinstance(heads, int) and heads > 0 else None
+    wanted = model_head_dim if isinstance(model_head_dim, int) else derived
+    if explicit is not None:
+        if wanted is not None and explicit != wanted:
+            source = "config.json head_dim" if isinstance(model_head_dim, int) else f"{hidden} // {heads}"
+            raise Refusal(
+                f"head_dim {explicit} disagrees with the model ({wanted} = {source})",
+                key,
+                "remove it: the preflight derives head_dim from the mounted model",
+            )
+        return out, f"head_dim {explicit} (set)"
+    if isinstance(model_head_dim, int) or derived is None:
+        return out, "head_dim from config.json" if isinstance(model_head_dim, int) else "no head_dim"
+    if nested:
+        out["text_config"] = {**(out.get("text_config") or {}), "head_dim": derived}
+    else:
+        out["head_dim"] = derived
+    return out, f"head_dim {derived} derived ({hidden} // {heads})"
+
+
+def check_tensor_parallel(text: dict, tensor: int, key: str) -> str:
+    """vLLM's rules: attention heads divisible by TP; KV heads divisible by TP, or TP by KV
+    heads when there are fewer (they are replicated)."""
+    heads = text.get("num_attention_heads")
+    if not isinstance(heads, int) or heads <= 0:
+        return "heads unknown"
+    if heads % tensor:
+        divisors = [d for d in range(1, heads + 1) if heads % d == 0 and d <= 64]
+        raise Refusal(
+            f"{heads} attention heads are not divisible by tensor parallel {tensor}",
+            key,
+            f"use one of {divisors}",
+        )
+    kv = text.get("num_key_value_heads", heads)
+    indivisible = isinstance(kv, int) and kv > 0 and ((kv >= tensor and kv % tensor) or (kv < tensor and tensor % kv))
+    if indivisible and not is_mla(text):
+        raise Refusal(
+            f"{kv} KV heads and tensor parallel {tensor} do not divide each other",
+            key,
+            f"use a divisor or a multiple of {kv}",
+        )
+    return f"TP {tensor} fits {heads} heads / {kv} KV heads"
+
+
+def check_max_model_len(text: dict, max_model_len: int, key: str) -> str:
+    limit = text.get("max_position_embeddings")
+    if not isinstance(limit, int) or max_model_len <= limit:
+        return f"max-model-len {max_model_len}"
+    if text.get("rope_scaling"):
+        return f"max-model-len {max_model_len} (above {limit}, rope_scaling allows it)"
+    raise Refusal(
+        f"max-model-len {max_model_len} is above the model's max_position_embeddings {limit}",
+        key,
+        f"set it to at most {limit}",
+    )
+
+
+def check_ports(ports: list[dict], address: str, warnings: list[str]) -> str:
+    """Each port this pod binds on the node (host network) is free at the pod's address: a bind
+    with SO_REUSEADDR fails only while another socket listens there or on the wildcard address."""
+    for entry in ports:
+        port = entry["port"]
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((address, port))
+        except OSError as e:
+            if e.errno == errno.EADDRINUSE:
+                raise Refusal(
+                    f"port {port} is already in use on this node",
+                    entry["key"],
+                    "choose a free port (see `ss -ltnp` on the node) or keep this role off that node",
+                ) from None
+            warnings.append(f"{PREFIX} warning: cannot check ports at {address} ({e.strerror}); not checked")
+            return "ports not checked"
+        finally:
+            sock.close()
+    return f"{len(ports)} ports free"
+
+
+def node_ports(settings: dict, worker_index: int) -> list[dict]:
+    """The ports this pod binds: serving and DP RPC on entry pods, and the KV side channels of
+    its DP ranks (kvPort + global DP rank x per-rank ports + TP rank)."""
+    ports = [] if worker_index else list(settings["ports"])
+    kv = settings["kvPorts"]
+    local = settings["dataLocal"]
+    first = kv["start"] + worker_index * local * kv["perRank"]
+    ports += [{"port": p, "key": kv["key"]} for p in range(first, first + local * kv["perRank"])]
+    return ports
+
+
+def visible_devices(pattern: str) -> list[int]:
+    """Device numbers of /dev/<pattern>N, as the device plugin mounts them into the container."""
+    try:
+        names = os.listdir(host_path("/dev"))
+    except OSError:
+        return []
+    found = (re.fullmatch(re.escape(pattern) + r"(\d+)", n) for n in names)
+    return sorted(int(m.group(1)) for m in found if m)
+
+
+def check_devices(settings: dict) -> tuple[str, list[int]]:
+    devices = visible_devices(settings["devicePattern"])
+    wanted = settings["tensor"] * settings["dataLocal"]
+    if len(devices) < wanted:
+        raise Refusal(
+            f"{len(devices)} {settings['devicePattern']} devices visible, tensor x dataLocal needs {wanted}",
+            settings["devicesKey"],
+            "check the device plugin on this node, or lower tensor or dataLocal",
+        )
+    return f"{len(devices)} devices visible", devices
+
+
+def check_hccn(settings: dict, devices: list[int], warnings: list[str]) -> str:
+    """Ascend: hccn.conf present, and with hccn_tool the link of each visible NPU up. The
+    check's mode (engine.preflight.checks.hccn): refuse, warn, or off (not called)."""
+    refuse = settings["checks"]["hccn"] == "refuse"
+    key = "engine.preflight.checks.hccn"
+
+    def fail(what: str, fix: str) -> None:
+        if refuse:
+            raise Refusal(what, key, fix)
+        warnings.append(f"{PREFIX} warning: {what}; KV transfer over the NPUs may fail")
+
+    conf = settings["hccnConf"]
+    try:
+        with open(host_path(conf)) as f:
+            present = bool(f.read().strip())
+    except OSError:
+        present = False
+    if not present:
+        fail(f"{conf} (hostFiles.hccnConf) is missing or empty", "configure the NPU network on the node, or set warn")
+        return "hccn.conf missing"
+    down = []
+    for device in devices:
+        try:
+            out = subprocess.run(
+                [host_path(settings["hccnTool"]), "-i", str(device), "-link", "-g"],
+                capture_output=True,
+                text=True,
+                timeout=20,
+                check=False,
+            ).stdout
+        except (OSError, subprocess.TimeoutExpired) as e:
+            warnings.append(f"{PREFIX} warning: cannot run hccn_tool ({e}); NPU links not checked")
+            return "hccn.conf present, links not checked"
+        status = re.search(r"link status:\s*(\w+)", out, re.IGNORECASE)
+        if not status or status.group(1).upper() != "UP":
+            down.append(device)
+    if down:
+        fail(
+            f"NPU link down on device(s) {', '.join(map(str, down))} (hccn_tool -i N -link -g)",
+            "bring the links up (hccn_tool), or set warn",
+        )
+        return "NPU links down"
+    return f"hccn.conf present, {len(devices)} NPU links up"
+
+
+def run(settings: dict, env: dict) -> tuple[str, str, list[str]]:
+    """(hf-overrides JSON or "", summary line, warnings). Raises Refusal."""
+    checks = settings["checks"]
+    warnings: list[str] = []
+    model_path = env.get("MODEL_LOCATION", "")
+    overrides = settings.get("hfOverrides") or {}
+    notes = []
+    config = load_config(model_path, "model.path") if checks["model"] else None
+    if config is not None:
+        text, _ = text_config(config)
+        overrides, note = head_dim_overrides(config, overrides, "model.hfOverrides.head_dim")
+        notes.append(f"model {model_path} ({', '.join(config.get('architectures') or ['?'])}, {note})")
+        notes.append(check_tensor_parallel(text, settings["tensor"], settings["tensorKey"]))
+        notes.append(check_max_model_len(text, settings["maxModelLen"], "model.maxModelLen"))
+    worker_index = int(env.get("WORKER_INDEX") or 0)
+    if checks["ports"]:
+        notes.append(check_ports(node_ports(settings, worker_index), env.get("POD_IP", "0.0.0.0"), warnings))
+    devices: list[int] = []
+    if checks["devices"]:
+        note, devices = check_devices(settings)
+        notes.append(note)
+    if settings["family"] == "ascend" and checks["hccn"] != "off":
+        notes.append(check_hccn(settings, devices, warnings))
+    summary = f"{PREFIX} ok: {settings['role']}: " + "; ".join(notes)
+    return (json.dumps(overrides, separators=(",", ":")) if overrides else ""), summary, warnings
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 2:
+        print(__doc__, file=sys.stderr)
+        return 2
+    settings = json.loads(argv[1])
+    try:
+        overrides, summary, warnings = run(settings, dict(os.environ))
+    except Refusal as refusal:
+        message = str(refusal)
+        print(message, file=sys.stderr)
+        try:
+            with open(host_path(settings.get("terminationLog", "/dev/termination-log")), "w") as log:
+                log.write(message + "\n")
+        except OSError:
+            pass
+        return EX_CONFIG
+    for line in warnings:
+        print(line, file=sys.stderr)
+    print(summary, file=sys.stderr)
+    print(overrides)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

@@ -1,0 +1,300 @@
+"""The engines' preflight (chart/files/preflight.py): the rendered start scripts run with the stub
+`vllm` on stand-in nodes holding model folders made here (Qwen2 without head_dim, Llama with it,
+an MLA model, multimodal configs), a port held open, and fake device and hccn information. What
+vLLM receives, and each refusal before vLLM starts: exit code 78, one line naming the cause, the
+values key and the fix, the same line in the termination log; and `verify` shows it."""
+
+from __future__ import annotations
+
+import json
+import re
+import socket
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import pytest
+
+import nodes
+from conftest import Renderer
+from mooncake_pd import engines, scriptrun, verify
+
+EX_CONFIG = 78
+GUIDE_MODEL = nodes.config_text("/models/DeepSeek-R1-Distill-Qwen-1.5B")
+QWEN2_05B = {  # Qwen2-0.5B: no head_dim; 896 / 14 = 64
+    "architectures": ["Qwen2ForCausalLM"],
+    "hidden_size": 896,
+    "num_attention_heads": 14,
+    "num_key_value_heads": 2,
+    "num_hidden_layers": 24,
+    "max_position_embeddings": 131072,
+}
+LLAMA_WITH_HEAD_DIM = {  # Llama-3.2-1B: head_dim in config.json
+    "architectures": ["LlamaForCausalLM"],
+    "hidden_size": 2048,
+    "num_attention_heads": 32,
+    "num_key_value_heads": 8,
+    "head_dim": 64,
+    "max_position_embeddings": 131072,
+}
+LLAVA = {  # llava-1.5-7b-hf: a multimodal config whose text_config lacks head_dim
+    "architectures": ["LlavaForConditionalGeneration"],
+    "text_config": {
+        "architectures": ["LlamaForCausalLM"],
+        "hidden_size": 4096,
+        "num_attention_heads": 32,
+        "num_key_value_heads": 32,
+        "max_position_embeddings": 131072,
+    },
+    "vision_config": {"hidden_size": 1024},
+}
+
+
+def run(
+    render: Renderer,
+    overrides: dict[str, Any] | None = None,
+    *,
+    model: dict | str | None = GUIDE_MODEL,
+    role: str = "prefill",
+    pod_ip: str | None = None,
+    **node: Any,
+) -> scriptrun.Run:
+    """The role's entry script, rendered with `overrides`, run on a node holding `model`."""
+    rendered = render(overrides=overrides)
+    template = rendered.role(role)["entryTemplate"]
+    env = engines.container_env(template["spec"]["containers"][0], engines.PodIdentity("deepseek-pd", 0, role, 0))
+    if pod_ip:
+        env["POD_IP"] = pod_ip
+    text = json.dumps(model) if isinstance(model, dict) else model
+    return engines.run_script(rendered.objects, template, env, engines.Node(model_config=text, **node))
+
+
+def refusal(render: Renderer, overrides: dict[str, Any] | None = None, **kwargs: Any) -> str:
+    """The preflight's refusal: exit 78 before vLLM, one line, the same in the termination log."""
+    with pytest.raises(scriptrun.ScriptFailed) as failed:
+        run(render, overrides, **kwargs)
+    assert failed.value.returncode == EX_CONFIG, failed.value.stderr
+    line = failed.value.termination_log.strip()
+    assert line.startswith("mooncake-pd preflight: ") and "\n" not in line
+    assert line in failed.value.stderr
+    return line
+
+
+def hf_overrides(result: scriptrun.Run) -> Any:
+    return scriptrun.parse_serve_argv(result.argv, scriptrun.JSON_FLAGS)["flags"].get("hf-overrides")
+
+
+def test_the_guides_model_gives_the_guides_flag(render: Renderer):
+    result = run(render)
+    assert hf_overrides(result) == {"head_dim": 128}
+    summary = [line for line in result.stderr.splitlines() if "preflight: ok" in line]
+    assert len(summary) == 1
+    assert "head_dim 128 derived (1536 // 12)" in summary[0]
+
+
+@pytest.mark.parametrize(
+    ("model", "expected"),
+    [
+        (QWEN2_05B, {"head_dim": 64}),
+        (LLAMA_WITH_HEAD_DIM, None),
+        (nodes.config_text("/models/DeepSeek-R1"), None),
+        (LLAVA, {"text_config": {"head_dim": 128}}),
+    ],
+    ids=["qwen2-no-head-dim", "llama-with-head-dim", "mla", "multimodal-text-config"],
+)
+def test_head_dim_follows_the_mounted_model(render: Renderer, model, expected):
+    """Another model, no values change: its own head_dim (or none)."""
+    assert hf_overrides(run(render, model=model)) == expected
+
+
+def test_other_hf_overrides_are_merged(render: Renderer):
+    result = run(render, {"model": {"hfOverrides": {"rope_theta": 20000}}}, model=QWEN2_05B)
+    assert hf_overrides(result) == {"head_dim": 64, "rope_theta": 20000}
+
+
+def test_an_explicit_head_dim_that_agrees_is_kept(render: Renderer):
+    assert hf_overrides(run(render, {"model": {"hfOverrides": {"head_dim": 64}}}, model=QWEN2_05B)) == {"head_dim": 64}
+
+
+@pytest.mark.parametrize(
+    ("overrides", "node", "pattern"),
+    [
+        (
+            {"model": {"hfOverrides": {"head_dim": 128}}},
+            {"model": QWEN2_05B},
+            r"head_dim 128 disagrees with the model \(64 = 896 // 14\), model\.hfOverrides\.head_dim, remove it",
+        ),
+        (
+            None,
+            {"model": None},
+            r"cannot read the model's /models/DeepSeek-R1-Distill-Qwen-1\.5B/config\.json .*, model\.path, ",
+        ),
+        (
+            {"prefill": {"parallelism": {"tensor": 8, "data": 2, "dataLocal": 2}}},
+            {},
+            r"12 attention heads are not divisible by tensor parallel 8, prefill\.parallelism\.tensor, use one of",
+        ),
+        (
+            None,
+            {"model": {**QWEN2_05B, "hidden_size": 1536, "num_attention_heads": 12, "num_key_value_heads": 3}},
+            r"3 KV heads and tensor parallel 2 do not divide each other, prefill\.parallelism\.tensor",
+        ),
+        (
+            None,
+            {"model": {**QWEN2_05B, "max_position_embeddings": 32768}},
+            r"max-model-len 40000 is above the model's max_position_embeddings 32768, model\.maxModelLen, "
+            r"set it to at most 32768",
+        ),
+        (
+            None,
+            {"devices": 4},
+            r"4 davinci devices visible, tensor x dataLocal needs 8, prefill\.parallelism, check the device plugin",
+        ),
+        (
+            None,
+            {"hccn_link": "DOWN"},
+            r"NPU link down on device\(s\) 0, 1, .*, engine\.preflight\.checks\.hccn, bring the links up",
+        ),
+        (
+            None,
+            {"hccn_conf": None},
+            r"/etc/hccn\.conf \(hostFiles\.hccnConf\) is missing or empty, engine\.preflight\.checks\.hccn",
+        ),
+    ],
+    ids=[
+        "head-dim-disagrees",
+        "config-missing",
+        "heads-not-divisible",
+        "kv-heads",
+        "max-model-len",
+        "devices",
+        "hccn-link-down",
+        "hccn-conf-missing",
+    ],
+)
+def test_refusals_name_the_cause_key_and_fix(render: Renderer, overrides, node, pattern):
+    line = refusal(render, overrides, **node)
+    assert re.search(pattern, line), line
+
+
+def test_rope_scaling_allows_a_longer_context(render: Renderer):
+    model = {**QWEN2_05B, "max_position_embeddings": 32768, "rope_scaling": {"type": "yarn", "factor": 4.0}}
+    assert "rope_scaling allows it" in run(render, model=model).stderr
+
+
+@contextmanager
+def listening(port: int) -> Iterator[None]:
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.bind(("127.0.0.1", port))
+    sock.listen()
+    try:
+        yield
+    finally:
+        sock.close()
+
+
+def free_port(low: int = 10000, high: int = 19000) -> int:
+    """A free port below Mooncake's random range with 8 free ports after it."""
+    for base in range(low, high, 50):
+        try:
+            for port in range(base, base + 9):
+                with socket.socket() as s:
+                    s.bind(("127.0.0.1", port))
+            return base
+        except OSError:
+            continue
+    raise RuntimeError("no free port range")
+
+
+@pytest.mark.parametrize(("taken", "key"), [(0, "prefill.port"), (4, "prefill.kvPort")])
+def test_a_port_taken_on_the_node_is_refused(render: Renderer, taken: int, key: str):
+    base = free_port()
+    overrides = {"prefill": {"port": base + 8, "kvPort": base}} if taken else {"prefill": {"port": base}}
+    port = base + taken
+    with listening(port):
+        line = refusal(render, overrides, pod_ip="127.0.0.1")
+    assert f"port {port} is already in use on this node, {key}, choose a free port" in line
+    assert "ports free" in run(render, overrides, pod_ip="127.0.0.1").stderr
+
+
+def test_hccn_link_down_only_warns_when_asked(render: Renderer):
+    result = run(render, {"engine": {"preflight": {"checks": {"hccn": "warn"}}}}, hccn_link="DOWN")
+    assert "mooncake-pd preflight: warning: NPU link down" in result.stderr
+    assert hf_overrides(result) == {"head_dim": 128}
+
+
+def test_checks_switch_off(render: Renderer):
+    checks = {"model": False, "ports": True, "devices": False, "hccn": "off"}
+    result = run(render, {"engine": {"preflight": {"checks": checks}}}, model=None, devices=0, hccn_conf=None)
+    assert hf_overrides(result) is None, "without the model read, no head_dim is derived"
+
+
+def test_preflight_off_passes_model_hf_overrides_as_they_are(render: Renderer):
+    overrides = {"engine": {"preflight": {"enabled": False}}, "model": {"hfOverrides": {"head_dim": 128}}}
+    rendered = render(overrides=overrides)
+    assert "preflight.py" not in rendered.one("ConfigMap")["data"]
+    assert "preflight" not in rendered.one("ConfigMap")["data"]["prefill.sh"].split("set -euo pipefail")[1]
+    assert hf_overrides(run(render, overrides, model=None, devices=0, hccn_conf=None)) == {"head_dim": 128}
+
+
+def test_engine_pods_report_the_refusal_as_their_termination_message(render: Renderer):
+    rendered = render()
+    for role in ("prefill", "decode"):
+        container = rendered.container(role)
+        assert container["terminationMessagePolicy"] == "FallbackToLogsOnError"
+        assert {
+            "name": "scripts",
+            "mountPath": "/workspace/preflight.py",
+            "subPath": "preflight.py",
+            "readOnly": True,
+        } in (container["volumeMounts"])
+    annotations = rendered.role("prefill")["entryTemplate"]["metadata"]["annotations"]
+    assert re.fullmatch(r"[0-9a-f]{64}", annotations["checksum/preflight"])
+
+
+def test_worker_pods_check_their_own_kv_ports(render: Renderer):
+    """A worker binds no serving or DP-RPC port, and the kv side channels of its own DP ranks."""
+    base = free_port()
+    values = {
+        "decode": {
+            "workerReplicas": 1,
+            "kvPort": base,
+            "port": 7101,
+            "parallelism": {"tensor": 1, "data": 4, "dataLocal": 2},
+        }
+    }
+    rendered = render(overrides=values)
+    role = rendered.role("decode")
+    pod = engines.PodIdentity("deepseek-pd", 0, "decode", 0, 1, workers=1)
+    env = {**engines.container_env(role["workerTemplate"]["spec"]["containers"][0], pod), "POD_IP": "127.0.0.1"}
+    node = engines.Node(model_config=GUIDE_MODEL)
+    with listening(base + 1):  # the entry's second rank: not this worker's
+        engines.run_script(rendered.objects, role["workerTemplate"], env, node)
+    # This worker's first rank (global DP rank 2):
+    with listening(base + 2), pytest.raises(scriptrun.ScriptFailed) as failed:
+        engines.run_script(rendered.objects, role["workerTemplate"], env, node)
+    assert f"port {base + 2} is already in use on this node, decode.kvPort" in failed.value.termination_log
+
+
+def test_verify_shows_the_refusal_as_the_reason(render: Renderer):
+    line = refusal(render, model={**QWEN2_05B, "max_position_embeddings": 32768})
+    modelserving = render().modelserving
+    pods = [
+        {
+            "metadata": {
+                "name": "deepseek-pd-0-prefill-0-0",
+                "labels": engines.PodIdentity("deepseek-pd", 0, "prefill", 0).labels(),
+            },
+            "status": {
+                "conditions": [{"type": "Ready", "status": "False"}],
+                "containerStatuses": [
+                    {"name": "prefill", "lastState": {"terminated": {"exitCode": EX_CONFIG, "message": line + "\n"}}}
+                ],
+            },
+        }
+    ]
+    (check,) = [
+        c for c in verify.readiness_checks(verify.Snapshot(modelserving, pods, None, {})) if "prefill" in c.name
+    ]
+    assert not check.ok
+    assert check.detail.endswith(f"deepseek-pd-0-prefill-0-0: {line}")
