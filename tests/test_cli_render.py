@@ -50,3 +50,21 @@ def test_help_explains_every_command():
     assert proc.returncode == 0
     for command in ("render", "golden", "docs"):
         assert command in proc.stdout
+
+
+def test_render_suggests_the_nearest_vllm_flag(tmp_path: Path):
+    proc = cli("render", "--values", str(Path(__file__).parent / "bad-values" / "vllm-unknown-flag.yaml"))
+    assert proc.returncode == 2
+    assert "prefill.args.gpu-memory-utilisation: not an option of vllm serve in vLLM 0.13.0 " in proc.stderr
+    assert "(did you mean --gpu-memory-utilization?)" in proc.stderr
+
+
+@pytest.mark.parametrize("values", sorted(paths.VALUES_DIR.glob("*.yaml")), ids=lambda p: p.stem)
+def test_every_preset_gives_vllm_a_command_line_it_parses(values: Path):
+    """Each role's `vllm serve` command line, as the start script runs it, against vLLM 0.13.0's
+    own option list."""
+    from mooncake_pd import engines, helm, vllmflags
+
+    objects = manifests.parse(helm.template(paths.helm_binary(), (values,)))
+    for run in engines.entry_runs(objects):
+        assert vllmflags.check_argv(run.run.argv[2:]) == [], (run.role, run.run.argv)

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 from functools import cache
 from pathlib import Path
@@ -46,6 +47,7 @@ SCENARIOS = {
     "download-modelscope": {
         "model": {**DOWNLOAD["model"], "download": {"repo": "org/model", "hub": "modelscope"}},
     },
+    "benchmark": {"benchmark": {"enabled": True}},
 }
 
 
@@ -86,13 +88,20 @@ def _pod_specs(rendered: Rendered) -> list[tuple[str, dict[str, Any]]]:
     return specs
 
 
+def starts_python(container: dict[str, Any]) -> bool:
+    """The container runs python3, or vllm (a Python program), directly or from a shell script."""
+    command = container.get("command") or [""]
+    script = " ".join(container.get("args") or []) if command[0].endswith("bash") else ""
+    return command[0].startswith("python") or bool(re.search(r"\b(python3|vllm) ", script))
+
+
 def cpu_python_containers(rendered: Rendered) -> list[tuple[str, dict[str, Any]]]:
     """(where, container) for every container that starts Python and gets no accelerator."""
     found = []
     for where, spec in _pod_specs(rendered):
         for container in [*spec.get("initContainers", []), *spec["containers"]]:
             limits = (container.get("resources") or {}).get("limits") or {}
-            if (container.get("command") or [""])[0].startswith("python") and not set(limits) & set(ACCELERATORS):
+            if starts_python(container) and not set(limits) & set(ACCELERATORS):
                 found.append((f"{where} container {container['name']}", container))
     return found
 
@@ -105,7 +114,7 @@ def container_env(container: dict[str, Any]) -> dict[str, str]:
 def imports_of(container: dict[str, Any]) -> list[str]:
     """What the container's Python imports that can pull in torch: every one of them imports
     torch through vllm (the proxy: `from vllm.logger import init_logger`, vllm/__init__.py ->
-    env_override.py `import torch`; the benchmark: `vllm bench`) or through its hub client."""
+    env_override.py `import torch`; the benchmark: the `vllm` command) or through its hub client."""
     env = container_env(container)
     if "DOWNLOAD_HUB" in env:
         return ["torch", "modelscope" if env["DOWNLOAD_HUB"] == "modelscope" else "huggingface_hub"]
@@ -130,6 +139,7 @@ def test_every_cpu_python_container_gets_past_its_imports(render: Renderer, pyth
     assert "chat" in names
     assert ("proxy" in names) == (scenario != "kthena-router")
     assert ("download-model" in names) == scenario.startswith("download")
+    assert ("bench" in names) == (scenario == "benchmark")
     for where, container in containers:
         for module in imports_of(container):
             proc = run_python(python, f"import {module}", container_env(container))

@@ -100,6 +100,23 @@ Context: (dict "root" $ "role" "prefill"). */}}
 {{- if eq (include "mooncake-pd.connector" .root) "NixlConnector" }}{{ int $p.data }}{{ else }}{{ mul (int $p.tensor) (int $p.data) }}{{ end -}}
 {{- end }}
 
+{{/* vLLM 0.13.0's options of a command, read from its own parser (files/vllm/SOURCE.md), as
+JSON: name without "--" (every spelling, --no-x included) -> kind (bool, value, list).
+(dict "root" $ "file" "serve-flags-0.13.0.json") */}}
+{{- define "mooncake-pd.vllmOptions" -}}
+{{- /* Python's json writes float('inf') defaults as Infinity, which is not JSON: only the
+names and kinds are read here. */ -}}
+{{- $data := .root.Files.Get (printf "files/vllm/%s" .file) | replace ": Infinity" ": null" | fromJson -}}
+{{- if not $data.flags }}{{ fail (printf "chart/files/vllm/%s: cannot read vLLM's option list" .file) }}{{ end -}}
+{{- $names := dict -}}
+{{- range $flag := $data.flags }}
+{{- range $option := $flag.options }}
+{{- if hasPrefix "--" $option }}{{ $_ := set $names (trimPrefix "--" $option) $flag.kind }}{{ end }}
+{{- end }}
+{{- end }}
+{{- toJson $names -}}
+{{- end }}
+
 {{/* Single-quote a string for bash so that it arrives literally ('\'' for each quote). */}}
 {{- define "mooncake-pd.shellQuote" -}}
 {{- printf "'%s'" (replace "'" "'\\''" (toString .)) -}}
@@ -159,6 +176,26 @@ export VLLM_NIXL_SIDE_CHANNEL_HOST="${POD_IP}"
 {{- else if eq $connector "MooncakeConnector" }}
 export VLLM_MOONCAKE_BOOTSTRAP_PORT={{ include "mooncake-pd.shellQuote" (int $v.kvPort) }}
 {{- end }}
+{{- end }}
+
+{{/* Command-line words of a flag map, one list per flag (the flag, then its values): true ->
+[--k], false -> [--no-k], map -> [--k, JSON], list -> [--k, v...], null -> nothing. JSON. */}}
+{{- define "mooncake-pd.flagWords" -}}
+{{- $words := list -}}
+{{- range $k, $val := . }}
+{{- if kindIs "bool" $val }}
+{{- $words = append $words (list (printf "--%s%s" (ternary "" "no-" $val) $k)) }}
+{{- else if kindIs "map" $val }}
+{{- $words = append $words (list (printf "--%s" $k) (toJson $val)) }}
+{{- else if kindIs "slice" $val }}
+{{- $group := list (printf "--%s" $k) }}
+{{- range $val }}{{ $group = append $group (include "mooncake-pd.scalar" .) }}{{ end }}
+{{- $words = append $words $group }}
+{{- else if not (kindIs "invalid" $val) }}
+{{- $words = append $words (list (printf "--%s" $k) (include "mooncake-pd.scalar" $val)) }}
+{{- end }}
+{{- end }}
+{{- toJson $words -}}
 {{- end }}
 
 {{/* One `vllm serve` flag line per user arg: true -> --k, false -> --no-k, map -> JSON,
@@ -342,13 +379,18 @@ exec vllm serve "${MODEL_LOCATION}" \
 {{- printf "%s-%d-%s-%d" (include "mooncake-pd.fullname" .root) (int .group) .roleName (int .replica) -}}
 {{- end }}
 
-{{/* The URL clients use for chat completions: the proxy Service or the Kthena router. */}}
-{{- define "mooncake-pd.chatURL" -}}
+{{/* The base URL of the release's router: the proxy Service or the Kthena router. */}}
+{{- define "mooncake-pd.routerURL" -}}
 {{- if eq .Values.router.type "kthena" -}}
-{{- printf "http://kthena-router.%s.svc:%d/v1/chat/completions" .Values.router.kthena.namespace (int .Values.router.kthena.servicePort) -}}
+{{- printf "http://kthena-router.%s.svc:%d" .Values.router.kthena.namespace (int .Values.router.kthena.servicePort) -}}
 {{- else -}}
-{{- printf "http://%s-proxy.%s.svc:%d/v1/chat/completions" (include "mooncake-pd.fullname" .) .Release.Namespace (int .Values.proxy.port) -}}
+{{- printf "http://%s-proxy.%s.svc:%d" (include "mooncake-pd.fullname" .) .Release.Namespace (int .Values.proxy.port) -}}
 {{- end -}}
+{{- end }}
+
+{{/* The URL clients use for chat completions. */}}
+{{- define "mooncake-pd.chatURL" -}}
+{{- printf "%s/v1/chat/completions" (include "mooncake-pd.routerURL" .) -}}
 {{- end }}
 
 {{/* The NIC exports of a start script: HCCL, Gloo and TP sockets on Ascend, NCCL and Gloo on

@@ -12,8 +12,10 @@ REPO = PACKAGE.parents[1]
 # clone or a `pip install` has it without anything beside the repository.
 KTHENA_CRDS = PACKAGE / "crds" / "kthena"
 PROMETHEUS_CRDS = PACKAGE / "crds" / "prometheus-operator"
-VLLM_DATA = PACKAGE / "vllm"
 CHART = REPO / "chart"
+# vLLM 0.13.0's option lists: the chart checks args against them when it renders, the tooling
+# for did-you-mean and the tests (chart/files/vllm/SOURCE.md).
+VLLM_DATA = CHART / "files" / "vllm"
 VALUES_DIR = REPO / "values"
 GOLDEN_DIR = REPO / "tests" / "golden"
 TOOLS_DIR = REPO / ".tools"

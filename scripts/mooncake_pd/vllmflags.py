@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import re
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -89,3 +90,19 @@ def check_argv(argv: list[str], name: str = SERVE) -> list[str]:
         elif option.choices and any(v not in option.choices for v in values):
             problems.append(f"{flag}: {values} not among {list(option.choices)}")
     return problems
+
+
+_UNKNOWN = re.compile(r"^(\s*- (\S+?)\.args\.(\S+): not an option of vllm (serve|bench serve) in vLLM 0\.13\.0)(.*)$")
+
+
+def with_suggestions(message: str) -> str:
+    """helm's refusal with a did-you-mean after each unknown vLLM flag it names."""
+    lines = []
+    for line in message.splitlines():
+        match = _UNKNOWN.match(line)
+        if match:
+            head, _, flag, command, rest = match.groups()
+            hint = suggestion(flag, SERVE if command == "serve" else BENCH_SERVE)
+            line = f"{head}{hint}{rest}" if hint else line
+        lines.append(line)
+    return "\n".join(lines)

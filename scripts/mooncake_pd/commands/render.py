@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from mooncake_pd import engines, helm, manifests, paths, summary, validate, values_file
+from mooncake_pd import engines, helm, manifests, paths, summary, validate, values_file, vllmflags
 
 
 def _helm_origin(binary: Path) -> str:
@@ -19,7 +19,10 @@ def _helm_origin(binary: Path) -> str:
 def run(args: argparse.Namespace) -> int:
     binary = helm.resolve(args.helm)
     helm_version = helm.check_supported(binary)
-    text = helm.template(binary, args.values, release=args.release, namespace=args.namespace)
+    try:
+        text = helm.template(binary, args.values, release=args.release, namespace=args.namespace)
+    except helm.HelmError as e:
+        raise helm.HelmError(vllmflags.with_suggestions(str(e))) from None
     objects = manifests.parse(text)
     errors = validate.validate(objects)
     if errors:

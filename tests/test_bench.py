@@ -1,0 +1,266 @@
+"""The benchmark Job and `mooncake-pd bench`: the Job's command line parses against vLLM 0.13.0's
+`vllm bench serve` options and runs (stub vllm) to the result line; the collector reads recorded
+results and recorded API answers; the table, --compare and --plot."""
+
+from __future__ import annotations
+
+import datetime
+import itertools
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from conftest import Renderer, assert_valid
+from mooncake_pd import bench, paths, vllmflags
+
+FIXTURES = Path(__file__).parent / "fixtures" / "bench"
+ONE, TWO = FIXTURES / "1p1d.json", FIXTURES / "2p1d.json"
+ON = {"benchmark": {"enabled": True}}
+
+# A stub `vllm` that records its argv and writes a result where --result-dir/--result-filename say.
+STUB = """#!{python}
+import json, os, sys
+argv = sys.argv[1:]
+json.dump(argv, open(os.environ["STUB_ARGV"], "w"))
+value = lambda flag: argv[argv.index(flag) + 1]
+with open(os.path.join(value("--result-dir"), value("--result-filename")), "w") as f:
+    f.write(open(os.environ["STUB_RESULT"]).read())
+print("============ Serving Benchmark Result ============")
+"""
+
+
+def job(rendered) -> dict:
+    (found,) = rendered.find("Job")
+    return found
+
+
+def run_job_script(rendered, tmp_path: Path) -> tuple[list[str], str]:
+    """The Job's script with bash and the stub vllm; /results (an emptyDir) relocated to tmp."""
+    container = job(rendered)["spec"]["template"]["spec"]["containers"][0]
+    assert container["command"] == ["/bin/bash", "-c"]
+    results = tmp_path / "results"
+    results.mkdir()
+    script = container["args"][0].replace("/results", str(results))
+    stub = tmp_path / "bin" / "vllm"
+    stub.parent.mkdir()
+    stub.write_text(STUB.replace("{python}", sys.executable))
+    stub.chmod(0o755)
+    env = {
+        "PATH": f"{stub.parent}{os.pathsep}{os.environ['PATH']}",
+        "STUB_ARGV": str(tmp_path / "argv.json"),
+        "STUB_RESULT": str(ONE),
+        **{e["name"]: e["value"] for e in container["env"]},
+    }
+    proc = subprocess.run(["bash", "-c", script], env=env, capture_output=True, text=True, check=True)
+    return json.loads((tmp_path / "argv.json").read_text()), proc.stdout
+
+
+def test_off_by_default(render: Renderer):
+    assert render().find("Job") == []
+
+
+def test_job_runs_bench_serve_with_vllms_options(render: Renderer, tmp_path: Path, crds):
+    rendered = render(overrides=ON)
+    assert_valid(rendered, crds)
+    argv, stdout = run_job_script(rendered, tmp_path)
+    assert argv[:2] == ["bench", "serve"]
+    assert vllmflags.check_argv(argv[2:], vllmflags.BENCH_SERVE) == []
+    flags = dict(itertools.pairwise(argv[2:]))
+    assert flags["--base-url"] == "http://deepseek-pd-proxy.default.svc:8080"
+    assert flags["--model"] == "ds_r1"
+    assert flags["--tokenizer"] == "/models/DeepSeek-R1-Distill-Qwen-1.5B"
+    assert flags["--dataset-name"] == "random"
+    assert (flags["--random-input-len"], flags["--random-output-len"]) == ("1024", "128")
+    assert (flags["--num-prompts"], flags["--max-concurrency"], flags["--request-rate"]) == ("200", "16", "inf")
+    assert flags["--percentile-metrics"] == "ttft,tpot,itl,e2el"
+    assert "--save-result" in argv
+    # The result is printed after the marker, where the collector finds it.
+    assert bench.parse_log(stdout.splitlines()) == bench.load(str(ONE))
+
+
+def test_job_spec(render: Renderer):
+    rendered = render(overrides=ON)
+    spec = job(rendered)["spec"]
+    assert spec["backoffLimit"] == 0
+    assert "helm.sh/hook" not in job(rendered)["metadata"].get("annotations", {}), "a Job, not a hook"
+    pod = spec["template"]["spec"]
+    container = pod["containers"][0]
+    env = {e["name"]: e["value"] for e in container["env"]}
+    assert env["TORCH_DEVICE_BACKEND_AUTOLOAD"] == "0"
+    assert env["HF_HUB_OFFLINE"] == "1"
+    assert not set(container["resources"]["limits"]) & {"huawei.com/ascend-1980", "nvidia.com/gpu"}
+    mounts = {m["mountPath"]: m for m in container["volumeMounts"]}
+    assert mounts["/models"]["readOnly"] is True
+    assert {v["name"] for v in pod["volumes"]} == {"results", "tmp", "model"}
+    assert json.loads(job(rendered)["metadata"]["annotations"]["mooncake-pd/benchmark-workload"])["numPrompts"] == 200
+
+
+def test_a_new_workload_is_a_new_job(render: Renderer):
+    """A Job's template cannot change: the name follows what it runs."""
+    first = job(render(overrides=ON))["metadata"]["name"]
+    again = job(render(overrides=ON))["metadata"]["name"]
+    other = job(render(overrides={"benchmark": {"enabled": True, "workload": {"numPrompts": 50}}}))["metadata"]["name"]
+    assert first == again
+    assert first != other
+    assert re.fullmatch(r"deepseek-pd-benchmark-[0-9a-f]{8}", first)
+
+
+def test_kthena_router_chat_and_sharegpt(render: Renderer, tmp_path: Path):
+    overrides = {
+        "router": {"type": "kthena"},
+        "decode": {"port": 7100},
+        "benchmark": {
+            "enabled": True,
+            "api": "chat",
+            "workload": {"dataset": "sharegpt", "sharegptPath": "/models/sharegpt.json", "maxConcurrency": None},
+            "args": {"goodput": ["ttft:500", "tpot:50"]},
+        },
+    }
+    argv, _ = run_job_script(render(overrides=overrides), tmp_path)
+    assert vllmflags.check_argv(argv[2:], vllmflags.BENCH_SERVE) == []
+    assert argv[argv.index("--base-url") + 1] == "http://kthena-router.kthena-system.svc:80"
+    assert argv[argv.index("--backend") + 1] == "openai-chat"
+    assert argv[argv.index("--endpoint") + 1] == "/v1/chat/completions"
+    assert argv[argv.index("--dataset-path") + 1] == "/models/sharegpt.json"
+    assert argv[argv.index("--goodput") + 1 : argv.index("--goodput") + 3] == ["ttft:500", "tpot:50"]
+    assert "--max-concurrency" not in argv and "--random-input-len" not in argv
+
+
+def test_parse_log_takes_the_marker_line():
+    lines = [
+        "INFO starting",
+        "Successful requests: 200",
+        bench.MARKER + json.dumps({"completed": 3, "errors": ["", "x"]}),
+    ]
+    assert bench.parse_log(lines) == {"completed": 3, "errors": ["", "x"], "failed": 1}
+    with pytest.raises(bench.BenchError, match="did not finish"):
+        bench.parse_log(["Traceback (most recent call last):"])
+
+
+def test_table_of_one_run_names_the_quantities_as_the_dashboard_does():
+    text = bench.table([("1p1d", bench.load(str(ONE)))])
+    for row in [
+        "Successful requests",
+        "Failed requests",
+        "Request throughput (req/s)",
+        "Output token throughput (tok/s)",
+        "Time to first token p99 (ms)",
+        "Time per output token mean (ms)",
+        "Inter-token latency p50 (ms)",
+        "End-to-end latency p90 (ms)",
+    ]:
+        assert row in text
+    assert re.search(r"Time to first token mean \(ms\)\s+182\.40", text)
+    dashboard = json.loads((paths.CHART / "dashboards" / "mooncake-pd.json").read_text())
+    titles = " ".join(p["title"] for p in dashboard["panels"])
+    for name in ("Time to first token", "Time per output token"):
+        assert name in titles, "the benchmark and the dashboard call a quantity by one name"
+    assert "p50, p99" in titles
+
+
+def test_compare_shows_changes_marked_better_or_worse():
+    text = bench.table([("1p1d", bench.load(str(ONE))), ("2p1d", bench.load(str(TWO)))])
+    header = text.splitlines()[0].split()
+    assert header == ["metric", "1p1d", "2p1d", "change"]
+    ttft = next(line for line in text.splitlines() if line.startswith("Time to first token mean"))
+    assert "-36.48 (-20.0%) better" in ttft
+    throughput = next(line for line in text.splitlines() if line.startswith("Output token throughput"))
+    assert "(+25.0%) better" in throughput
+    failed = next(line for line in text.splitlines() if line.startswith("Failed requests"))
+    assert failed.rstrip().endswith("=")
+
+
+def cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "mooncake_pd", "bench", *map(str, args)], capture_output=True, text=True, cwd=paths.REPO
+    )
+
+
+def test_cli_compares_saved_runs_and_plots(tmp_path: Path):
+    plot = tmp_path / "runs.png"
+    proc = cli("--from", TWO, "--compare", ONE, "--plot", plot)
+    assert proc.returncode == 0, proc.stderr
+    assert "deepseek-pd-2p1d" in proc.stdout.splitlines()[1]
+    assert "better" in proc.stdout
+    data = plot.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 5000
+
+
+def test_cli_refuses_what_is_not_a_result(tmp_path: Path):
+    other = tmp_path / "values.json"
+    other.write_text('{"model": {}}')
+    proc = cli("--from", other)
+    assert proc.returncode == 2
+    assert "not a benchmark result" in proc.stderr
+
+
+# Recorded API answers, in the shape the kubernetes client returns them.
+def _job(name: str, minute: int, succeeded: int = 1, failed: int = 0):
+    return SimpleNamespace(
+        metadata=SimpleNamespace(
+            name=name,
+            creation_timestamp=datetime.datetime(2026, 11, 30, 12, minute, tzinfo=datetime.UTC),
+            annotations={"mooncake-pd/benchmark-workload": json.dumps({"numPrompts": 200})},
+            labels={"app.kubernetes.io/component": "benchmark"},
+        ),
+        status=SimpleNamespace(succeeded=succeeded, failed=failed, conditions=[]),
+    )
+
+
+class FakeBatch:
+    def __init__(self, jobs):
+        self.jobs = {j.metadata.name: j for j in jobs}
+        self.selectors = []
+
+    def list_namespaced_job(self, namespace, label_selector):
+        self.selectors.append(label_selector)
+        return SimpleNamespace(items=list(self.jobs.values()))
+
+    def read_namespaced_job(self, name, namespace):
+        return self.jobs[name]
+
+
+class FakeCore:
+    def __init__(self, log: str):
+        self.log = log
+
+    def list_namespaced_pod(self, namespace, label_selector):
+        name = label_selector.removeprefix("job-name=")
+        return SimpleNamespace(
+            items=[SimpleNamespace(metadata=SimpleNamespace(name=f"{name}-x", creation_timestamp=None))]
+        )
+
+    def read_namespaced_pod_log(self, name, namespace, container):
+        assert container == "bench"
+        return self.log
+
+
+def test_collector_reads_the_newest_job_from_recorded_answers():
+    batch = FakeBatch([_job("deepseek-pd-benchmark-aaaa", 1), _job("deepseek-pd-benchmark-bbbb", 5)])
+    found = bench.find_job(batch, "deepseek-pd", "llm")
+    assert found.metadata.name == "deepseek-pd-benchmark-bbbb"
+    assert batch.selectors == ["app.kubernetes.io/instance=deepseek-pd,app.kubernetes.io/component=benchmark"]
+    done = bench.wait(batch, found, "llm", timeout=1, progress=lambda _: None, poll=0)
+    log = "noise\n" + bench.MARKER + ONE.read_text().replace("\n", "") + "\n"
+    result = bench.parse_log(bench.job_log(FakeCore(log), done, "llm"))
+    assert result["completed"] == 200
+    assert bench.job_state(_job("j", 1, succeeded=0, failed=1)) == "failed"
+    assert bench.job_state(_job("j", 1, succeeded=0)) == "running"
+    with pytest.raises(bench.BenchError, match="has no benchmark Job: `helm upgrade"):
+        bench.find_job(FakeBatch([]), "deepseek-pd", "llm")
+
+
+def test_cli_without_a_cluster_exits_2(tmp_path: Path):
+    env = {**os.environ, "KUBECONFIG": str(tmp_path / "none"), "HOME": tempfile.mkdtemp()}
+    proc = subprocess.run(
+        [sys.executable, "-m", "mooncake_pd", "bench", "deepseek-pd"], capture_output=True, text=True, env=env
+    )
+    assert proc.returncode == 2, proc.stderr
+    assert "mooncake-pd bench:" in proc.stderr
