@@ -18,7 +18,7 @@ CHECKOV_STAMP := .tools/checkov/.installed
 CONFORMANCE_STAMP := .tools/conformance/.installed
 CHART_VERSION = $(shell sed -n 's/^version: *//p' chart/Chart.yaml)
 
-.PHONY: help tools helm render test conformance golden docs lint package clean
+.PHONY: help tools helm render test conformance fuzz golden schema docs lint package clean
 
 help: ## List the targets.
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -57,9 +57,15 @@ test: tools ## Run the whole test suite (helm 3 and helm 4, and the conformance 
 conformance: $(STAMP) $(CONFORMANCE_STAMP) helm ## Only the runtime-conformance checks (real torch, torch_npu, modelscope).
 	$(PY) -m pytest -m conformance
 
+fuzz: $(STAMP) helm ## The property-based values test at length (FUZZ=3000 examples, helm 3 and 4, random seeds).
+	MOONCAKE_PD_FUZZ=$(or $(FUZZ),3000) $(PY) -m pytest tests/test_fuzz.py -k test_values_render -x
+
 golden: $(STAMP) helm ## Regenerate tests/golden/ from the chart; read the diff before committing.
 	$(PY) -m mooncake_pd --helm $(PINNED_HELM) golden
 	git diff --stat -- tests/golden
+
+schema: $(STAMP) ## Type the pass-through Kubernetes fields in chart/values.schema.json (from Kubernetes 1.27's OpenAPI).
+	$(PY) -m mooncake_pd schema
 
 docs: $(STAMP) ## Regenerate the values reference (docs/values.md) from chart/values.schema.json.
 	$(PY) -m mooncake_pd docs

@@ -114,3 +114,35 @@ def test_schema_errors_name_the_key(render: Renderer, overrides, key):
     message = render.error(overrides=overrides)
     assert "schema" in message
     assert re.search(key, message), message
+
+
+def test_schema_machine_parts_are_current(schema):
+    """`make schema` (mooncake_pd.schemagen) has been run: Kubernetes types, bounds, required
+    keys and the control-character rule are as the generator writes them."""
+    from mooncake_pd import schemagen
+
+    assert schemagen.generate(schema) == schema, "run `make schema`"
+
+
+def test_pass_through_fields_use_kubernetes_1_27_definitions(schema):
+    from mooncake_pd import schemagen
+
+    resources = schema["properties"]["prefill"]["properties"]["resources"]
+    assert resources["allOf"][0] == {"$ref": "#/$defs/io.k8s.api.core.v1.ResourceRequirements"}
+    definitions = schema["$defs"]
+    assert definitions["io.k8s.api.core.v1.ResourceRequirements"]["additionalProperties"] is False
+    assert definitions["io.k8s.apimachinery.pkg.api.resource.Quantity"]["oneOf"][0]["pattern"] == schemagen.QUANTITY
+    assert definitions["io.k8s.api.core.v1.Toleration"]["properties"]["operator"]["enum"][:2] == ["Exists", "Equal"]
+    assert not set(schemagen.PROBE_HANDLERS) & set(definitions["mooncake-pd.ProbeTimings"]["properties"])
+    period = definitions["mooncake-pd.ProbeTimings"]["properties"]["periodSeconds"]
+    assert (period["type"], period["maximum"]) == ("integer", 2**31 - 1)
+
+
+@pytest.mark.parametrize(
+    ("quantity", "ok"),
+    [("350Gi", True), ("500m", True), ("1e3", True), ("1.5", True), (".5Ki", True), ("900GB", False), ("1 Gi", False)],
+)
+def test_quantity_grammar(quantity: str, ok: bool):
+    from mooncake_pd import schemagen
+
+    assert bool(re.match(schemagen.QUANTITY, quantity)) is ok

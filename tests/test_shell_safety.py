@@ -1,10 +1,14 @@
 """Every string that reaches the start scripts arrives literally: adversarial values (spaces,
-both quotes, $(...), backticks, ;, newlines, tabs, non-ASCII) end up byte for byte in vllm's
-argv and environment, and nothing they contain is executed."""
+both quotes, $(...), backticks, ;, globs, non-ASCII) end up byte for byte in vllm's argv and
+environment, and nothing they contain is executed. Control characters (newlines, tabs) are
+refused by the schema before any script sees them; nested JSON may still carry them, escaped."""
 
 from __future__ import annotations
 
 import json
+import shutil
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -16,13 +20,20 @@ from mooncake_pd import engines
 def nasty(marker: Path, tag: str) -> str:
     return (
         f"{tag} a b  'single' \"double\" $(touch {marker}-{tag}-dollar) `touch {marker}-{tag}-tick` "
-        f"; touch {marker}-{tag}-semi && echo \\ $HOME ${{PATH}} \n second line\ttab ünïcødé 模型 *?[x] ~ !"
+        f"; touch {marker}-{tag}-semi && echo \\ $HOME ${{PATH}} ünïcødé 模型 *?[x] ~ !"
     )
 
 
+# A NIC name: at most 15 characters, no whitespace, '/' or ':', and still hostile.
+NIC = "e'\"$(x)`y`;*?!"
+
+
 @pytest.fixture(scope="module")
-def marker(tmp_path_factory) -> Path:
-    return tmp_path_factory.mktemp("shell-safety") / "ran"
+def marker() -> Iterator[Path]:
+    # A short path: the served name holds it three times and is at most 256 characters.
+    folder = Path(tempfile.mkdtemp(prefix="s", dir="/tmp"))
+    yield folder / "ran"
+    shutil.rmtree(folder)
 
 
 @pytest.fixture(scope="module")
@@ -33,7 +44,7 @@ def overrides(marker: Path) -> dict:
             "path": "/models/" + nasty(marker, "path"),
             "hfOverrides": {"head_dim": 128, "note": nasty(marker, "hf")},
         },
-        "network": {"interface": nasty(marker, "nic")},
+        "network": {"interface": NIC},
         "engine": {
             "env": {"SHARED_VALUE": nasty(marker, "env")},
             "args": {"tokenizer": nasty(marker, "flag")},
@@ -44,7 +55,7 @@ def overrides(marker: Path) -> dict:
                 "allowed-origins": [nasty(marker, "list1"), nasty(marker, "list2")],
             }
         },
-        "kvTransfer": {"extraConfig": {"note": nasty(marker, "kv")}},
+        "kvTransfer": {"extraConfig": {"note": nasty(marker, "kv") + "\n second line\ttab"}},
     }
 
 

@@ -106,12 +106,14 @@ spec:
       protocol: TCP
     {{- end }}
     {{- if not .worker }}
+    {{- with $v.readinessProbe }}
     readinessProbe:
       httpGet:
         path: /health
         port: {{ int $v.port }}
         scheme: HTTP
-      {{- toYaml $v.readinessProbe | nindent 6 }}
+      {{- toYaml . | nindent 6 }}
+    {{- end }}
     {{- range $probe := list "startupProbe" "livenessProbe" }}
     {{- with index $root.Values.engine $probe }}
     {{ $probe }}:

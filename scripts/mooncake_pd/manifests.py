@@ -9,9 +9,20 @@ import yaml
 Manifest = dict[str, Any]
 
 
+class _Loader(yaml.SafeLoader):
+    """PyYAML's safe loader, reading a plain `=` as the string Kubernetes' YAML reads, not as
+    YAML 1.1's obscure "value" tag."""
+
+
+_Loader.yaml_implicit_resolvers = {
+    first: [(tag, regexp) for tag, regexp in resolvers if tag != "tag:yaml.org,2002:value"]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
+
+
 def parse(text: str) -> list[Manifest]:
     """Every non-empty YAML document of a `helm template` output."""
-    return [doc for doc in yaml.safe_load_all(text) if doc]
+    return [doc for doc in yaml.load_all(text, Loader=_Loader) if doc]
 
 
 def find(objects: list[Manifest], kind: str, name: str | None = None) -> list[Manifest]:
