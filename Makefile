@@ -6,6 +6,7 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+TEST_STAMP := $(VENV)/.installed-test
 HELM_VERSIONS := 3.17.2 4.1.4
 PINNED_HELM := .tools/helm/4.1.4/helm
 # HELM=<path or name on PATH> renders with a helm you already have (3.8+ or 4.x; the summary
@@ -29,6 +30,10 @@ $(STAMP): requirements.txt pyproject.toml
 	$(PY) -m pip install --quiet -r requirements.txt -e .
 	touch $@
 
+$(TEST_STAMP): $(STAMP) requirements-test.txt
+	$(PY) -m pip install --quiet -r requirements-test.txt
+	touch $@
+
 $(CHECKOV_STAMP): requirements-checkov.txt
 	$(PYTHON) -m venv .tools/checkov
 	.tools/checkov/bin/python -m pip install --quiet -r requirements-checkov.txt
@@ -46,7 +51,7 @@ $(PINNED_HELM): scripts/install-helm.sh
 helm: ## Install the pinned helm binaries (checksummed) into .tools/helm.
 	scripts/install-helm.sh $(HELM_VERSIONS)
 
-tools: $(STAMP) $(CHECKOV_STAMP) $(CONFORMANCE_STAMP) helm ## Install everything the other targets need.
+tools: $(STAMP) $(TEST_STAMP) $(CHECKOV_STAMP) $(CONFORMANCE_STAMP) helm ## Install everything the other targets need.
 
 render: $(STAMP) $(RENDER_HELM_DEP) ## Render the chart with its defaults, validate it, write out/ and print a summary.
 	$(PY) -m mooncake_pd --helm $(RENDER_HELM) render --out out/mooncake-pd.yaml
@@ -54,10 +59,10 @@ render: $(STAMP) $(RENDER_HELM_DEP) ## Render the chart with its defaults, valid
 test: tools ## Run the whole test suite (helm 3 and helm 4, and the conformance checks).
 	$(PY) -m pytest
 
-conformance: $(STAMP) $(CONFORMANCE_STAMP) helm ## Only the runtime-conformance checks (real torch, torch_npu, modelscope).
+conformance: $(TEST_STAMP) $(CONFORMANCE_STAMP) helm ## Only the runtime-conformance checks (real torch, torch_npu, modelscope).
 	$(PY) -m pytest -m conformance
 
-fuzz: $(STAMP) helm ## The property-based values test at length (FUZZ=3000 examples, helm 3 and 4, random seeds).
+fuzz: $(TEST_STAMP) helm ## The property-based values test at length (FUZZ=3000 examples, helm 3 and 4, random seeds).
 	MOONCAKE_PD_FUZZ=$(or $(FUZZ),3000) $(PY) -m pytest tests/test_fuzz.py -k test_values_render -x
 
 golden: $(STAMP) helm ## Regenerate tests/golden/ from the chart; read the diff before committing.
@@ -70,7 +75,7 @@ schema: $(STAMP) ## Type the pass-through Kubernetes fields in chart/values.sche
 docs: $(STAMP) ## Regenerate the values reference (docs/values.md) from chart/values.schema.json.
 	$(PY) -m mooncake_pd docs
 
-lint: $(STAMP) helm ## What ct lint does, locally: helm lint --strict per chart/ci file under helm 3 and 4, yamllint, Chart.yaml and version bump; plus ruff.
+lint: $(TEST_STAMP) helm ## What ct lint does, locally: helm lint --strict per chart/ci file under helm 3 and 4, yamllint, Chart.yaml and version bump; plus ruff.
 	$(VENV)/bin/ruff check scripts tests chart/files
 	$(VENV)/bin/ruff format --check scripts tests chart/files
 	$(VENV)/bin/yamllint --strict .
@@ -78,7 +83,7 @@ lint: $(STAMP) helm ## What ct lint does, locally: helm lint --strict per chart/
 	  .tools/helm/$$v/helm lint --strict chart --values $$f || exit 1; done; done
 	$(PY) -m mooncake_pd chartcheck --base $(CT_TARGET_BRANCH)
 
-package: $(STAMP) helm ## Package the chart into out/mooncake-pd-<version>.tgz (push: see docs/packaging.md).
+package: $(STAMP) helm ## Package the chart into out/mooncake-pd-<version>.tgz (push: see docs/operations.md).
 	mkdir -p out
 	$(PINNED_HELM) lint --strict chart
 	$(PINNED_HELM) package chart --destination out

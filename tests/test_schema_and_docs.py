@@ -146,3 +146,16 @@ def test_quantity_grammar(quantity: str, ok: bool):
     from mooncake_pd import schemagen
 
     assert bool(re.match(schemagen.QUANTITY, quantity)) is ok
+
+
+def test_regenerate_checks_or_rewrites_a_generated_file(tmp_path, capsys):
+    from mooncake_pd import values_file
+
+    page = tmp_path / "page.md"
+    page.write_text("old\n")
+    assert values_file.regenerate(page, "old\n", "new\n", check=True, target="docs") == 1
+    assert page.read_text() == "old\n", "--check changes nothing"
+    assert "run `make docs`" in capsys.readouterr().err
+    assert values_file.regenerate(page, "old\n", "new\n", check=False, target="docs") == 0
+    assert page.read_text() == "new\n"
+    assert values_file.regenerate(page, "new\n", "new\n", check=True, target="docs") == 0

@@ -98,6 +98,7 @@ def test_make_render_installs_only_what_render_needs(lone: Path):
     plan = subprocess.run(["make", "-n", "-B", "render"], cwd=lone, capture_output=True, text=True, check=True).stdout
     assert "checkov" not in plan
     assert "conformance" not in plan
+    assert "requirements-test.txt" not in plan
     assert "install-helm.sh 4.1.4" in plan
     with_own_helm = subprocess.run(
         ["make", "-n", "-B", "render", "HELM=helm"], cwd=lone, capture_output=True, text=True, check=True

@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import os
 import shutil
+import sys
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -13,6 +14,7 @@ from typing import Any
 from ruamel.yaml import YAML
 from ruamel.yaml.comments import CommentedMap
 
+from mooncake_pd import paths
 from mooncake_pd.generate import REMOVE
 
 SCHEMA_MODELINE = "# yaml-language-server: $schema=../chart/values.schema.json"
@@ -102,3 +104,17 @@ def write_atomic(path: Path, text: str, *, backup: bool) -> Path | None:
         Path(tmp).unlink(missing_ok=True)
         raise
     return saved
+
+
+def regenerate(path: Path, current: str, wanted: str, *, check: bool, target: str) -> int:
+    """A generated file brought up to date: with `check`, only report a stale one (exit 1,
+    naming the make target that rewrites it); otherwise write it atomically if it changed."""
+    shown = path.relative_to(paths.REPO) if path.is_relative_to(paths.REPO) else path
+    if current == wanted:
+        return 0
+    if check:
+        print(f"{shown} is stale: run `make {target}`", file=sys.stderr)
+        return 1
+    write_atomic(path, wanted, backup=False)
+    print(f"{shown} updated")
+    return 0

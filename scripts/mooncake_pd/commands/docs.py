@@ -3,24 +3,14 @@
 from __future__ import annotations
 
 import argparse
-import sys
 
-from mooncake_pd import docs, paths, values_file
+from mooncake_pd import docs, values_file
 
 
 def run(args: argparse.Namespace) -> int:
-    page = docs.VALUES_PAGE
-    current = page.read_text()
+    current = docs.VALUES_PAGE.read_text()
     wanted = docs.render_readme(current, docs.table(docs.load_schema(), docs.load_defaults()))
-    if args.check:
-        if current != wanted:
-            print(f"{page.relative_to(paths.REPO)} is stale: run `make docs`", file=sys.stderr)
-            return 1
-        return 0
-    if current != wanted:
-        values_file.write_atomic(page, wanted, backup=False)
-        print(f"{page.relative_to(paths.REPO)} updated")
-    return 0
+    return values_file.regenerate(docs.VALUES_PAGE, current, wanted, check=args.check, target="docs")
 
 
 def register(sub: argparse._SubParsersAction) -> None:

@@ -4,24 +4,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 
-from mooncake_pd import paths, schemagen, values_file
+from mooncake_pd import schemagen, values_file
 
 
 def run(args: argparse.Namespace) -> int:
     path = schemagen.schema_path()
     current = path.read_text()
     wanted = schemagen.dump(schemagen.generate(json.loads(current)))
-    if args.check:
-        if current != wanted:
-            print(f"{path.relative_to(paths.REPO)} is stale: run `make schema`", file=sys.stderr)
-            return 1
-        return 0
-    if current != wanted:
-        values_file.write_atomic(path, wanted, backup=False)
-        print(f"{path.relative_to(paths.REPO)} updated")
-    return 0
+    return values_file.regenerate(path, current, wanted, check=args.check, target="schema")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
