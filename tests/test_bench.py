@@ -264,3 +264,32 @@ def test_cli_without_a_cluster_exits_2(tmp_path: Path):
     )
     assert proc.returncode == 2, proc.stderr
     assert "mooncake-pd bench:" in proc.stderr
+
+
+def test_restart_posts_the_same_spec_under_a_new_name_without_the_old_runs_selector():
+    created = {}
+
+    class Batch:
+        def create_namespaced_job(self, namespace, body):
+            created.update(namespace=namespace, body=body)
+            return SimpleNamespace(metadata=SimpleNamespace(name=body["metadata"]["name"]))
+
+    old = _job("deepseek-pd-benchmark-aaaa", 1)
+    template_labels = {
+        "app.kubernetes.io/component": "benchmark",
+        "batch.kubernetes.io/controller-uid": "u",
+        "controller-uid": "u",
+        "job-name": "deepseek-pd-benchmark-aaaa",
+        "batch.kubernetes.io/job-name": "deepseek-pd-benchmark-aaaa",
+    }
+    old.spec = SimpleNamespace(
+        selector={"matchLabels": {"controller-uid": "u"}},
+        template=SimpleNamespace(metadata=SimpleNamespace(labels=template_labels)),
+    )
+    new = bench.restart(Batch(), old, "llm")
+    body = created["body"]
+    assert created["namespace"] == "llm"
+    assert new.metadata.name.startswith("deepseek-pd-benchmark-aaaa-r") and new.metadata.name != old.metadata.name
+    assert body["spec"].selector is None
+    assert body["spec"].template.metadata.labels == {"app.kubernetes.io/component": "benchmark"}
+    assert body["metadata"]["labels"] == old.metadata.labels
