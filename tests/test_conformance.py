@@ -29,7 +29,7 @@ import pytest
 
 import netpol
 from conftest import Rendered, Renderer
-from mooncake_pd import engines, paths, vllmflags
+from mooncake_pd import engines, paths, validate, vllmflags
 
 pytestmark = pytest.mark.conformance
 
@@ -81,10 +81,7 @@ def _pod_specs(rendered: Rendered) -> list[tuple[str, dict[str, Any]]]:
         elif kind in ("Deployment", "Job"):
             specs.append((f"{kind}/{name}", obj["spec"]["template"]["spec"]))
         elif kind == "ModelServing":
-            for role in obj["spec"]["template"]["roles"]:
-                for key in ("entryTemplate", "workerTemplate"):
-                    if role.get(key):
-                        specs.append((f"ModelServing/{name} {role['name']} {key}", role[key]["spec"]))
+            specs += [(label, pod["spec"]) for label, pod in validate.pod_templates(obj)]
     return specs
 
 

@@ -117,6 +117,25 @@ names and kinds are read here. */ -}}
 {{- toJson $names -}}
 {{- end }}
 
+{{/* What vLLM's parser would refuse in one args key (from mooncake-pd.vllmOptions), or nothing:
+an unknown flag, a value on a flag that takes none, none on one that needs it, false on a flag
+without a --no- form. (dict "where" "prefill.args" "key" $k "value" $v "options" $options
+"command" "vllm serve") */}}
+{{- define "mooncake-pd.optionProblem" -}}
+{{- $name := replace "_" "-" .key -}}
+{{- $kind := get .options $name -}}
+{{- $val := .value -}}
+{{- if not $kind -}}
+{{- printf "%s.%s: not an option of %s in vLLM 0.13.0; check its spelling (`mooncake-pd render` suggests the nearest)" .where .key .command -}}
+{{- else if and (eq $kind "bool") (not (or (kindIs "bool" $val) (kindIs "invalid" $val))) -}}
+{{- printf "%s.%s: --%s takes no value; use true or false" .where .key $name -}}
+{{- else if and (eq $kind "bool") (kindIs "bool" $val) (not $val) (not (hasKey .options (printf "no-%s" $name))) -}}
+{{- printf "%s.%s: vLLM has no --no-%s; remove the key (or null it to drop a shared one)" .where .key $name -}}
+{{- else if and (ne $kind "bool") (kindIs "bool" $val) -}}
+{{- printf "%s.%s: --%s takes a value, not %v" .where .key $name $val -}}
+{{- end -}}
+{{- end }}
+
 {{/* A Kubernetes quantity ("350Gi", "500m", "1e3", 8) as a plain number (float, as text), for
 comparing requests with limits. The schema has checked the grammar. */}}
 {{- define "mooncake-pd.quantity" -}}
@@ -225,19 +244,13 @@ export VLLM_MOONCAKE_BOOTSTRAP_PORT={{ include "mooncake-pd.shellQuote" (int $v.
 {{- toJson $words -}}
 {{- end }}
 
-{{/* One `vllm serve` flag line per user arg: true -> --k, false -> --no-k, map -> JSON,
-list -> several values, null -> omitted. Each line ends with " \". */}}
+{{/* One command-line line per flag of a map (mooncake-pd.flagWords), each on its own line after
+.indent spaces and ending with " \": the flag as it is (the schema restricts flag names), its
+values single-quoted. (dict "flags" $map "indent" 2) */}}
 {{- define "mooncake-pd.argLines" -}}
-{{- range $k, $val := . }}
-{{- if kindIs "bool" $val }}
-  --{{ if not $val }}no-{{ end }}{{ $k }} \
-{{- else if kindIs "map" $val }}
-  --{{ $k }} {{ include "mooncake-pd.shellQuote" (toJson $val) }} \
-{{- else if kindIs "slice" $val }}
-  --{{ $k }}{{ range $val }} {{ include "mooncake-pd.shellQuote" (include "mooncake-pd.scalar" .) }}{{ end }} \
-{{- else if not (kindIs "invalid" $val) }}
-  --{{ $k }} {{ include "mooncake-pd.shellQuote" (include "mooncake-pd.scalar" $val) }} \
-{{- end }}
+{{- $pad := repeat (int .indent) " " -}}
+{{- range $words := include "mooncake-pd.flagWords" .flags | fromJsonArray }}
+{{ $pad }}{{ first $words }}{{ range rest $words }} {{ include "mooncake-pd.shellQuote" . }}{{ end }} \
 {{- end }}
 {{- end }}
 
@@ -397,7 +410,7 @@ exec vllm serve "${MODEL_LOCATION}" \
   --served-model-name {{ include "mooncake-pd.shellQuote" $root.Values.model.servedName }} \
   --max-model-len {{ include "mooncake-pd.shellQuote" (int64 $root.Values.model.maxModelLen) }} \
   "${model_args[@]}" \
-{{- include "mooncake-pd.argLines" $args }}
+{{- include "mooncake-pd.argLines" (dict "flags" $args "indent" 2) }}
   --kv-transfer-config "${kv_transfer_config}"
 {{ end }}
 
