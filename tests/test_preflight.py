@@ -223,6 +223,32 @@ def test_hccn_link_down_only_warns_when_asked(render: Renderer):
     assert hf_overrides(result) == {"head_dim": 128}
 
 
+HAL_MISSING = "hccn_tool: error while loading shared libraries: libascend_hal.so: cannot open shared object file"
+
+
+@pytest.mark.parametrize("mode", ["refuse", "warn"])
+@pytest.mark.parametrize(
+    ("tool", "expected"),
+    [
+        (
+            {"hccn_stdout": "", "hccn_stderr": HAL_MISSING, "hccn_exit": 1},
+            f"hccn_tool -i 0 -link -g exited 1 ({HAL_MISSING})",
+        ),
+        ({"hccn_stdout": "Usage: hccn_tool [-i id] ...", "hccn_exit": 0}, "printed no 'link status:'"),
+        # A non-zero exit is no answer even when the output looks like one.
+        ({"hccn_link": "DOWN", "hccn_exit": 2}, "exited 2 (no stderr)"),
+    ],
+    ids=["driver-libraries-missing", "garbage", "down-but-failed"],
+)
+def test_hccn_tool_that_cannot_answer_is_a_warning_not_a_down_link(render: Renderer, mode, tool, expected):
+    result = run(render, {"engine": {"preflight": {"checks": {"hccn": mode}}}}, **tool)
+    warning = [line for line in result.stderr.splitlines() if "warning: cannot check NPU links" in line]
+    assert len(warning) == 1 and expected in warning[0], result.stderr
+    assert "link down" not in result.stderr
+    assert "links not checked" in result.stderr
+    assert hf_overrides(result) == {"head_dim": 128}, "the engine starts"
+
+
 def test_checks_switch_off(render: Renderer):
     checks = {"model": False, "ports": True, "devices": False, "hccn": "off"}
     result = run(render, {"engine": {"preflight": {"checks": checks}}}, model=None, devices=0, hccn_conf=None)

@@ -199,6 +199,30 @@ def check_devices(settings: dict) -> tuple[str, list[int]]:
     return f"{len(devices)} devices visible", devices
 
 
+def link_status(tool: str, device: int) -> tuple[str, str]:
+    """(the link status `hccn_tool -i N -link -g` reports, upper case; "") or ("", why it could
+    not tell): a non-zero exit or output without `link status:` is no answer about the link."""
+    command = f"hccn_tool -i {device} -link -g"
+    try:
+        done = subprocess.run(
+            [tool, "-i", str(device), "-link", "-g"],
+            capture_output=True,
+            text=True,
+            timeout=20,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return "", f"cannot run {command} ({e})"
+    stderr = " ".join(done.stderr.split())[:300] or "no stderr"
+    if done.returncode:
+        return "", f"{command} exited {done.returncode} ({stderr})"
+    status = re.search(r"link status:\s*(\w+)", done.stdout, re.IGNORECASE)
+    if not status:
+        stdout = " ".join(done.stdout.split())[:200] or "nothing"
+        return "", f"{command} printed no 'link status:' (stdout: {stdout}; stderr: {stderr})"
+    return status.group(1).upper(), ""
+
+
 def check_hccn(settings: dict, devices: list[int], warnings: list[str]) -> str:
     """Ascend: hccn.conf present, and with hccn_tool the link of each visible NPU up. The
     check's mode (engine.preflight.checks.hccn): refuse, warn, or off (not called)."""
@@ -221,19 +245,13 @@ def check_hccn(settings: dict, devices: list[int], warnings: list[str]) -> str:
         return "hccn.conf missing"
     down = []
     for device in devices:
-        try:
-            out = subprocess.run(
-                [host_path(settings["hccnTool"]), "-i", str(device), "-link", "-g"],
-                capture_output=True,
-                text=True,
-                timeout=20,
-                check=False,
-            ).stdout
-        except (OSError, subprocess.TimeoutExpired) as e:
-            warnings.append(f"{PREFIX} warning: cannot run hccn_tool ({e}); NPU links not checked")
+        status, problem = link_status(host_path(settings["hccnTool"]), device)
+        if problem:
+            # A tool that cannot run (missing driver libraries, no privilege) says nothing about
+            # the link: warn whatever the mode, never refuse as if the link were down.
+            warnings.append(f"{PREFIX} warning: cannot check NPU links: {problem}; NPU links not checked")
             return "hccn.conf present, links not checked"
-        status = re.search(r"link status:\s*(\w+)", out, re.IGNORECASE)
-        if not status or status.group(1).upper() != "UP":
+        if status != "UP":
             down.append(device)
     if down:
         fail(

@@ -5,6 +5,7 @@ the preflight reads), against a stub `vllm`."""
 from __future__ import annotations
 
 import json
+import shlex
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -121,6 +122,23 @@ class Node:
     devices: int | None = None  # device nodes the device plugin mounts; None: as many as requested
     hccn_conf: str | None = "address_0=192.168.100.10\nnetmask_0=255.255.255.0\n"  # None: missing
     hccn_link: str = "UP"  # what `hccn_tool -i N -link -g` reports
+    # A stand-in hccn_tool that does not answer: its stdout (None: `link status: <hccn_link>`),
+    # stderr and exit code, as a binary without its driver libraries behaves.
+    hccn_stdout: str | None = None
+    hccn_stderr: str = ""
+    hccn_exit: int = 0
+
+
+def hccn_tool_script(node: Node) -> str:
+    """A shell stand-in for hccn_tool printing what `node` says."""
+    stdout = f"link status: {node.hccn_link}" if node.hccn_stdout is None else node.hccn_stdout
+    lines = ["#!/bin/sh"]
+    if stdout:
+        lines.append(f"printf '%s\\n' {shlex.quote(stdout)}")
+    if node.hccn_stderr:
+        lines.append(f"printf '%s\\n' {shlex.quote(node.hccn_stderr)} >&2")
+    lines.append(f"exit {node.hccn_exit}")
+    return "\n".join(lines) + "\n"
 
 
 def node_files(container: dict[str, Any], env: dict[str, str], node: Node) -> dict[str, scriptrun.NodeFile]:
@@ -138,8 +156,7 @@ def node_files(container: dict[str, Any], env: dict[str, str], node: Node) -> di
     if "hccn-conf" in mounts and node.hccn_conf is not None:
         files[mounts["hccn-conf"]] = scriptrun.NodeFile(node.hccn_conf)
     if "hccn-tool" in mounts:
-        tool = f"#!/bin/sh\necho 'link status: {node.hccn_link}'\n"
-        files[mounts["hccn-tool"]] = scriptrun.NodeFile(tool, executable=True)
+        files[mounts["hccn-tool"]] = scriptrun.NodeFile(hccn_tool_script(node), executable=True)
     return files
 
 
