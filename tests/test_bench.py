@@ -177,6 +177,19 @@ def test_compare_shows_changes_marked_better_or_worse():
     assert failed.rstrip().endswith("=")
 
 
+def test_counts_are_integers():
+    one, two = bench.load(str(ONE)), bench.load(str(TWO))
+    lines = bench.table([("1p1d", one)]).splitlines()
+    assert re.fullmatch(r"Failed requests\s+0", next(line for line in lines if line.startswith("Failed")))
+    assert re.fullmatch(r"Successful requests\s+200", next(line for line in lines if line.startswith("Successful")))
+    # A change in a count is a whole number too.
+    text = bench.table([("1p1d", one), ("2p1d", {**two, "completed": 197, "failed": 3})])
+    failed = next(line for line in text.splitlines() if line.startswith("Failed requests"))
+    assert re.fullmatch(r"Failed requests\s+0\s+3\s+\+3 worse", failed)
+    completed = next(line for line in text.splitlines() if line.startswith("Successful requests"))
+    assert completed.endswith(" -3 (-1.5%) worse")
+
+
 def cli(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-m", "mooncake_pd", "bench", *map(str, args)], capture_output=True, text=True, cwd=paths.REPO

@@ -27,11 +27,13 @@ class JobFailed(BenchError):
 @dataclass(frozen=True)
 class Metric:
     """One row of the report: its name (the Grafana dashboard's name for the same quantity),
-    the result key, and whether more is better."""
+    the result key, whether more is better, and whether it counts things (printed as an integer:
+    "0 failed requests", never "0.00")."""
 
     name: str
     key: str
     higher_is_better: bool
+    count: bool = False
 
 
 # Latencies: mean, p50 (vLLM's median), p90 and p99, as --percentile-metrics ttft,tpot,itl,e2el
@@ -43,8 +45,8 @@ LATENCIES = {
     "e2el": "End-to-end latency",
 }
 METRICS = (
-    Metric("Successful requests", "completed", True),
-    Metric("Failed requests", "failed", False),
+    Metric("Successful requests", "completed", True, count=True),
+    Metric("Failed requests", "failed", False, count=True),
     Metric("Benchmark duration (s)", "duration", False),
     Metric("Request throughput (req/s)", "request_throughput", True),
     Metric("Output token throughput (tok/s)", "output_throughput", True),
@@ -84,9 +86,11 @@ def _number(value: Any) -> float | None:
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
-def _format(value: float | None) -> str:
+def _format(value: float | None, count: bool = False) -> str:
     if value is None or math.isnan(value):
         return "-"
+    if count:
+        return f"{value:,.0f}"
     return f"{value:,.0f}" if float(value).is_integer() and abs(value) >= 1 else f"{value:,.2f}"
 
 
@@ -109,7 +113,8 @@ def change(metric: Metric, before: float | None, after: float | None) -> str:
         return "="
     percent = f" ({diff / before:+.1%})" if before else ""
     better = (diff > 0) == metric.higher_is_better
-    return f"{diff:+,.2f}{percent} {'better' if better else 'worse'}"
+    number = f"{diff:+,.0f}" if metric.count else f"{diff:+,.2f}"
+    return f"{number}{percent} {'better' if better else 'worse'}"
 
 
 def table(results: list[tuple[str, dict[str, Any]]]) -> str:
@@ -119,7 +124,7 @@ def table(results: list[tuple[str, dict[str, Any]]]) -> str:
     header = ["metric", *labels] + (["change"] if len(results) == 2 else [])
     body = []
     for metric, values in data:
-        line = [metric.name, *(_format(v) for v in values)]
+        line = [metric.name, *(_format(v, metric.count) for v in values)]
         if len(results) == 2:
             line.append(change(metric, values[0], values[1]))
         body.append(line)
