@@ -13,7 +13,7 @@ import yaml
 from conftest import Renderer, assert_valid
 from mooncake_pd import generate as gen
 from mooncake_pd import golden, model, paths
-from mooncake_pd.commands.generate import header_command
+from mooncake_pd.commands.generate import command_lines, header_command
 
 FIXTURES = Path(__file__).parent / "fixtures"
 MODELS = FIXTURES / "models"
@@ -243,8 +243,30 @@ def test_generate_writes_atomically_and_keeps_a_backup(tmp_path: Path):
     assert (tmp_path / "v.yaml.bak").read_text() == "old: file\n"
     text = out.read_text()
     assert text.startswith("# yaml-language-server: $schema=../chart/values.schema.json\n")
-    assert "#   python -m mooncake_pd generate --model-dir" in text
-    assert header_command(text)[4:6] == ["--model-dir", str(MODELS / "Qwen3-8B")]
+    # The header's command wraps where the paths are long (a deep checkout): read it back as argv
+    # rather than expect one layout.
+    assert header_command(text) == [
+        "python",
+        "-m",
+        "mooncake_pd",
+        "generate",
+        "--model-dir",
+        str(MODELS / "Qwen3-8B"),
+        "--output",
+        str(out),
+    ]
+
+
+@pytest.mark.parametrize("depth", [0, 1, 3, 8])
+def test_header_command_reads_back_under_any_path(depth: int):
+    """Whatever the checkout's path, the recorded command wraps within the width, except a lone
+    option too long for any line, and reads back as the same argv."""
+    model = "/" + "/".join(["some-deeper-folder"] * depth + ["tests/fixtures/models/Qwen3-8B"])
+    argv = ["python", "-m", "mooncake_pd", "generate", "--model-dir", model, "--output", "/tmp/a b/v.yaml", "--force"]
+    lines = command_lines(argv)
+    for line in lines:
+        assert len(line) <= 96 or line.strip().count(" ") <= 2, line
+    assert header_command("\n".join(f"# {line}" for line in lines)) == argv
 
 
 STALE = """\
