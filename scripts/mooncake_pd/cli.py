@@ -14,21 +14,35 @@ from mooncake_pd import generate as gen
 from mooncake_pd import model as modelmod
 
 
+def add_common_options(parser: argparse.ArgumentParser, *, top: bool) -> None:
+    """--helm and --chart, accepted before the command and after it. After it they default to
+    SUPPRESS, so that a command's parser does not overwrite what was given before it."""
+    parser.add_argument(
+        "--helm",
+        type=Path,
+        default=paths.default_helm() if top else argparse.SUPPRESS,
+        help="helm binary, a path or a name on PATH (default: $HELM, else the pinned helm 4 in a "
+        "checkout's .tools/helm, which `make tools` installs)",
+    )
+    parser.add_argument(
+        "--chart",
+        type=Path,
+        default=None if top else argparse.SUPPRESS,
+        help="the chart folder (default: the checkout's chart/, else the copy installed with the package)",
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="mooncake-pd",
         description="Tooling for the mooncake-pd chart. Errors exit 2 (bad input) or 1 (invalid output).",
     )
-    parser.add_argument(
-        "--helm",
-        type=Path,
-        default=paths.helm_binary(),
-        help="helm binary, a path or a name on PATH (default: the pinned helm 4 in .tools/helm; "
-        "`make tools` installs it)",
-    )
+    add_common_options(parser, top=True)
     sub = parser.add_subparsers(dest="command", required=True)
     for command in commands.ALL:
         command.register(sub)
+    for command_parser in sub.choices.values():
+        add_common_options(command_parser, top=False)
     return parser
 
 
@@ -44,6 +58,6 @@ def main(argv: list[str] | None = None) -> int:
     except helm.HelmError as e:
         print(f"mooncake-pd: helm failed:\n{e}", file=sys.stderr)
         return 2
-    except (validate.CrdsMissing, docs.DocsError) as e:
+    except (validate.CrdsMissing, docs.DocsError, paths.Missing) as e:
         print(f"mooncake-pd: {e}", file=sys.stderr)
         return 2

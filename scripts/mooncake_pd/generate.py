@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import yaml
@@ -62,8 +63,9 @@ class Result:
     notes: list[str] = field(default_factory=list)
 
 
-def chart_defaults() -> dict[str, Any]:
-    return yaml.safe_load((paths.CHART / "values.yaml").read_text())
+def chart_defaults(chart: Path | None = None) -> dict[str, Any]:
+    """The chart's values.yaml (`chart`, else the checkout's or the installed package's)."""
+    return yaml.safe_load((paths.chart_dir(chart) / "values.yaml").read_text())
 
 
 def merged(base: Any, override: Any) -> Any:
@@ -237,11 +239,12 @@ def generate(
     force: bool = False,
     hbm_gib: float | None = None,
     fixed_head_dim: bool = False,
+    chart: Path | None = None,
 ) -> Result:
     """A values overlay for the chart: topology and model keys, checked against the model."""
     profile = ACCELERATORS[accelerator]
     check_topology(model, profile, roles)
-    defaults = chart_defaults()
+    defaults = chart_defaults(chart)
     length = max_model_len or min(defaults["model"]["maxModelLen"], model.max_position_embeddings or 10**9)
     values: dict[str, Any] = {"accelerator": {"type": accelerator}}
     if image is not None:

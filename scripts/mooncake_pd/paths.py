@@ -1,9 +1,10 @@
 """Where things live in the repository and in the package; KTHENA_CRDS_DIR overrides the
-Kthena CRD folder."""
+Kthena CRD folder, HELM the helm binary (a path or a name on PATH), --chart the chart."""
 
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parent
@@ -12,7 +13,10 @@ REPO = PACKAGE.parents[1]
 # clone or a `pip install` has it without anything beside the repository.
 KTHENA_CRDS = PACKAGE / "crds" / "kthena"
 PROMETHEUS_CRDS = PACKAGE / "crds" / "prometheus-operator"
-CHART = REPO / "chart"
+# A checkout's own chart; an installed package carries a copy as package data (pyproject.toml
+# maps mooncake_pd.chart to chart/), so `generate` and `render` work outside the checkout.
+IN_CHECKOUT = (REPO / "chart" / "Chart.yaml").is_file()
+CHART = REPO / "chart" if IN_CHECKOUT else PACKAGE / "chart"
 # vLLM 0.13.0's option lists: the chart checks args against them when it renders, the tooling
 # for did-you-mean and the tests (chart/files/vllm/SOURCE.md).
 VLLM_DATA = CHART / "files" / "vllm"
@@ -31,9 +35,44 @@ def crds_dir() -> Path:
     return Path(os.environ.get("KTHENA_CRDS_DIR") or KTHENA_CRDS)
 
 
+class Missing(RuntimeError):
+    """Something a command needs is not where it looks: the message names it and how to point
+    at it (the CLI prints it as one line and exits 2)."""
+
+
 def helm_binary(version: str = DEFAULT_HELM_VERSION) -> Path:
     """The pinned helm binary that scripts/install-helm.sh puts in .tools/helm/<version>/."""
     return TOOLS_DIR / "helm" / version / "helm"
+
+
+def default_helm() -> str:
+    """$HELM when set, else the pinned helm (which only a checkout has, after `make tools`)."""
+    return os.environ.get("HELM") or str(helm_binary())
+
+
+def require_helm(helm: str | Path) -> Path:
+    """The helm binary `helm` names (a path, or a bare name looked up on PATH); Missing naming
+    it and the ways to give helm when there is none."""
+    text = str(helm)
+    found = shutil.which(text) if "/" not in text else text if Path(text).is_file() else None
+    if found:
+        return Path(found)
+    how = "pass --helm PATH or set HELM (a path or a name on PATH; helm 3.8+ or 4)"
+    if Path(text) == helm_binary():
+        if not IN_CHECKOUT:
+            raise Missing(f"no helm: mooncake-pd installed outside a checkout has no pinned helm; {how}")
+        how = f"run `make tools` for the pinned one, or {how}"
+    raise Missing(f"no helm at {text if '/' in text else text + ' on PATH'}: {how}")
+
+
+def chart_dir(given: Path | None = None) -> Path:
+    """The chart to use: `given` (--chart), else the checkout's or the package's; Missing when
+    the folder holds no chart."""
+    chart = given or CHART
+    if not (chart / "Chart.yaml").is_file() or not (chart / "values.yaml").is_file():
+        how = "pass --chart with the folder holding the chart's Chart.yaml and values.yaml"
+        raise Missing(f"no chart at {chart} (no Chart.yaml or values.yaml): {how}")
+    return chart
 
 
 def checkov_binary() -> Path:

@@ -103,6 +103,7 @@ def run(args: argparse.Namespace) -> int:
         force=args.force,
         hbm_gib=_device_memory(args),
         fixed_head_dim=args.fixed_head_dim,
+        chart=args.chart,
     )
     table = gen.fit_table(result.fits)
     title = f"{name}: {roles['prefill'].replicas}P{roles['decode'].replicas}D on {args.accelerator}"

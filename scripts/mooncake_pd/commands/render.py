@@ -17,10 +17,11 @@ def _helm_origin(binary: Path) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    binary = helm.resolve(args.helm)
+    chart = paths.chart_dir(args.chart)
+    binary = paths.require_helm(args.helm)
     helm_version = helm.check_supported(binary)
     try:
-        text = helm.template(binary, args.values, release=args.release, namespace=args.namespace)
+        text = helm.template(binary, args.values, chart=chart, release=args.release, namespace=args.namespace)
     except helm.HelmError as e:
         raise helm.HelmError(vllmflags.with_suggestions(str(e))) from None
     objects = manifests.parse(text)

@@ -23,7 +23,7 @@ def run(args: argparse.Namespace) -> int:
         raise gen.GenerateError(f"{args.values_file}: cannot read it as YAML: {e}") from None
     keys, result = gen.derived(
         model,
-        gen.merged(gen.chart_defaults(), current),
+        gen.merged(gen.chart_defaults(args.chart), current),
         force=args.force,
         hbm_gib=args.device_memory_gib,
         fixed_head_dim=args.fixed_head_dim,

@@ -1,0 +1,107 @@
+"""The tool outside the checkout: the package built and installed (`pip install`) into a fresh
+venv, run from a folder that is not the repository. Its dependencies come from the project venv
+(PYTHONPATH: a .pth there is not read, so the checkout's own mooncake_pd stays out of sight)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+from pathlib import Path
+
+import pytest
+
+from mooncake_pd import paths
+
+MODEL = Path(__file__).parent / "fixtures" / "models" / "Qwen3-8B"
+# What pyproject.toml builds the package from; copied so that the build leaves nothing in the checkout.
+SOURCES = ("pyproject.toml", "LICENSE", "README.md", "scripts", "chart")
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The venv's bin folder, with mooncake-pd installed from a copy of the sources."""
+    root = tmp_path_factory.mktemp("installed")
+    src = root / "src"
+    src.mkdir()
+    for name in SOURCES:
+        source = paths.REPO / name
+        if source.is_dir():
+            shutil.copytree(source, src / name, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+        elif source.exists():
+            shutil.copy2(source, src / name)
+    venv = root / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, capture_output=True)
+    pip = subprocess.run(
+        [str(venv / "bin" / "pip"), "install", "--quiet", "--no-deps", str(src)], capture_output=True, text=True
+    )
+    assert pip.returncode == 0, pip.stderr
+    return venv / "bin"
+
+
+@pytest.fixture
+def elsewhere(tmp_path: Path) -> Path:
+    folder = tmp_path / "elsewhere"
+    folder.mkdir()
+    assert not folder.resolve().is_relative_to(paths.REPO)
+    return folder
+
+
+def tool(bin_dir: Path, cwd: Path, *args: str | Path, **env: str) -> subprocess.CompletedProcess:
+    environ = {k: v for k, v in os.environ.items() if k not in ("HELM", "PYTHONPATH")}
+    environ["PYTHONPATH"] = sysconfig.get_paths()["purelib"]
+    return subprocess.run(
+        [str(bin_dir / "mooncake-pd"), *map(str, args)], capture_output=True, text=True, cwd=cwd, env={**environ, **env}
+    )
+
+
+def refusal(proc: subprocess.CompletedProcess) -> str:
+    """One line on stderr, exit 2, no traceback."""
+    assert proc.returncode == 2, proc.stderr
+    assert "Traceback" not in proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("mooncake-pd: "), proc.stderr
+    return lines[0]
+
+
+def test_the_installed_package_is_the_one_that_runs(installed: Path, elsewhere: Path):
+    proc = subprocess.run(
+        [str(installed / "python"), "-c", "import mooncake_pd.paths as p; print(p.CHART)"],
+        capture_output=True,
+        text=True,
+        cwd=elsewhere,
+        env={**os.environ, "PYTHONPATH": sysconfig.get_paths()["purelib"]},
+    )
+    assert proc.returncode == 0, proc.stderr
+    chart = Path(proc.stdout.strip())
+    assert chart.is_relative_to(installed.parent), "the chart shipped with the package, not the checkout's"
+    assert (chart / "Chart.yaml").is_file() and (chart / ".helmignore").is_file()
+    assert (chart / "files" / "preflight.py").read_text() == (paths.CHART / "files" / "preflight.py").read_text()
+
+
+def test_generate_and_render_outside_the_checkout(installed: Path, elsewhere: Path):
+    helped = tool(installed, elsewhere, "generate", "--help")
+    assert helped.returncode == 0 and "--model-dir" in helped.stdout, helped.stderr
+    generated = tool(installed, elsewhere, "generate", "--model-dir", MODEL, "--output", "values.yaml")
+    assert generated.returncode == 0, generated.stderr
+    assert (elsewhere / "values.yaml").is_file()
+    rendered = tool(
+        installed, elsewhere, "render", "--helm", paths.helm_binary(), "-f", "values.yaml", "--out", "o.yaml"
+    )
+    assert rendered.returncode == 0, rendered.stderr
+    assert rendered.stdout.startswith("Wrote o.yaml") and "kind: ModelServing" in (elsewhere / "o.yaml").read_text()
+
+
+def test_render_without_helm_refuses_in_one_line(installed: Path, elsewhere: Path):
+    line = refusal(tool(installed, elsewhere, "render"))
+    assert "no pinned helm" in line and "--helm PATH or set HELM" in line
+    line = refusal(tool(installed, elsewhere, "render", HELM="no-such-helm"))
+    assert "no helm at no-such-helm on PATH" in line
+
+
+def test_a_folder_without_a_chart_is_refused_in_one_line(installed: Path, elsewhere: Path):
+    for args in (["render", "--helm", paths.helm_binary()], ["generate", "--model-dir", MODEL]):
+        line = refusal(tool(installed, elsewhere, *args, "--chart", elsewhere))
+        assert f"no chart at {elsewhere}" in line and "pass --chart" in line
