@@ -3,6 +3,7 @@ generated from it."""
 
 from __future__ import annotations
 
+import json
 import re
 from typing import Any
 
@@ -131,7 +132,11 @@ def test_pass_through_fields_use_kubernetes_1_27_definitions(schema):
     assert resources["allOf"][0] == {"$ref": "#/$defs/io.k8s.api.core.v1.ResourceRequirements"}
     definitions = schema["$defs"]
     assert definitions["io.k8s.api.core.v1.ResourceRequirements"]["additionalProperties"] is False
-    assert definitions["io.k8s.apimachinery.pkg.api.resource.Quantity"]["oneOf"][0]["pattern"] == schemagen.QUANTITY
+    quantity = definitions["io.k8s.apimachinery.pkg.api.resource.Quantity"]["oneOf"]
+    assert quantity == [
+        {"type": "string", "pattern": schemagen.NONNEGATIVE_QUANTITY},
+        {"type": "number", "minimum": 0},
+    ], "resources are never negative"
     assert definitions["io.k8s.api.core.v1.Toleration"]["properties"]["operator"]["enum"][:2] == ["Exists", "Equal"]
     assert not set(schemagen.PROBE_HANDLERS) & set(definitions["mooncake-pd.ProbeTimings"]["properties"])
     period = definitions["mooncake-pd.ProbeTimings"]["properties"]["periodSeconds"]
@@ -146,6 +151,100 @@ def test_quantity_grammar(quantity: str, ok: bool):
     from mooncake_pd import schemagen
 
     assert bool(re.match(schemagen.QUANTITY, quantity)) is ok
+
+
+def test_schema_generation_is_deterministic(schema):
+    """The same input gives the same bytes, and the machine parts do not depend on what the file
+    held before (a schema without them regenerates to the committed file)."""
+    import copy
+
+    from mooncake_pd import schemagen
+
+    once = schemagen.dump(schemagen.generate(schema))
+    assert schemagen.dump(schemagen.generate(json.loads(once))) == once
+    stripped = copy.deepcopy(schema)
+    stripped.pop("$defs")
+    assert schemagen.dump(schemagen.generate(stripped)) == once
+
+
+@pytest.mark.parametrize(
+    ("value", "ok"),
+    [
+        ("10.0.0.0/8", True),
+        ("010.000.0.1/32", True),  # ParseCIDRSloppy takes leading zeros
+        ("192.168.1.7/24", True),  # host bits may be set
+        ("2001:db8::/64", True),
+        ("::/0", True),
+        ("::ffff:10.0.0.1/120", True),
+        ("10.0.0.0", False),
+        ("10.0.0.0/33", False),
+        ("256.0.0.0/8", False),
+        ("2001:db8:::/64", False),
+        ("2001:db8::/129", False),
+        ("1:2:3:4:5:6:7:8:9/64", False),
+    ],
+)
+def test_cidr_grammar(value: str, ok: bool):
+    from mooncake_pd import schemagen
+
+    assert bool(re.match(schemagen.CIDR, value)) is ok
+
+
+def test_cidr_grammar_takes_every_network_python_writes():
+    import ipaddress
+    import random
+
+    from mooncake_pd import schemagen
+
+    rng = random.Random(18)
+    for _ in range(2000):
+        groups = [rng.choice([0, 0, rng.randrange(0x10000)]) for _ in range(8)]
+        v6 = ipaddress.IPv6Address(int("".join(f"{g:04x}" for g in groups), 16))
+        v4 = ipaddress.IPv4Address(rng.getrandbits(32))
+        for text in (f"{v6.compressed}/{rng.randint(0, 128)}", f"{v6.exploded}/64", f"{v4}/{rng.randint(0, 32)}"):
+            assert re.match(schemagen.CIDR, text), text
+
+
+@pytest.mark.parametrize(
+    ("value", "ok"),
+    [("1", True), ("8", True), ("2000m", True), ("1Ki", True), ("1e3", True), ("0.5", False), ("500m", False)],
+)
+def test_extended_resources_are_whole_numbers(value: str, ok: bool):
+    from mooncake_pd import schemagen
+
+    assert bool(re.match(schemagen.INTEGER_QUANTITY, value)) is ok
+
+
+@pytest.mark.parametrize(
+    ("name", "ok"),
+    [
+        ("cpu", True),
+        ("memory", True),
+        ("ephemeral-storage", True),
+        ("hugepages-2Mi", True),
+        ("nvidia.com/gpu", True),
+        ("gpu", False),
+        ("storage", False),
+        ("nvidia.com/", False),
+        ("Example.com/fpga", False),
+    ],
+)
+def test_resource_names_are_standard_or_extended(name: str, ok: bool):
+    from mooncake_pd import schemagen
+
+    assert bool(re.match(schemagen.STANDARD_RESOURCE, name) or re.match(schemagen.EXTENDED_RESOURCE, name)) is ok
+
+
+def test_probe_rules_of_the_api_server(schema):
+    definitions = schema["$defs"]
+    for name in ("mooncake-pd.ProbeTimings", "mooncake-pd.SingleSuccessProbeTimings"):
+        fields = definitions[name]["properties"]
+        assert all(fields[k]["minimum"] == 0 for k in ("timeoutSeconds", "periodSeconds", "failureThreshold"))
+        assert fields["terminationGracePeriodSeconds"]["minimum"] == 1
+    assert definitions["mooncake-pd.SingleSuccessProbeTimings"]["properties"]["successThreshold"]["maximum"] == 1
+    engine = schema["properties"]["engine"]["properties"]
+    for probe in ("startupProbe", "livenessProbe"):
+        assert engine[probe]["allOf"] == [{"$ref": "#/$defs/mooncake-pd.SingleSuccessProbeTimings"}]
 
 
 def test_regenerate_checks_or_rewrites_a_generated_file(tmp_path, capsys):

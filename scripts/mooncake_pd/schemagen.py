@@ -7,7 +7,8 @@ what must not be written by hand, and a test fails when the file differs from it
   floor (1.27), taken from the OpenAPI schemas kubernetes-validate ships, unknown fields refused;
   Kthena's own fields (networkTopology, parentRefs) from the vendored CRDs;
 - what OpenAPI leaves out: the quantity grammar, int32/int64 bounds, toleration operators and
-  effects, label keys and values;
+  effects, label keys and values; and the API server's own field rules (api_server_rules): CIDRs,
+  probe timings, quantities >= 0, resource names, selector keys and operators;
 - every key required unless listed in NULLABLE (null there means "off" or "the default"), so a
   section set to null is refused naming it instead of crashing a template;
 - no control characters in any string (they break the YAML and the start scripts).
@@ -34,8 +35,8 @@ PREFIX = "io.k8s."
 K8S_FIELDS = {
     "imagePullSecrets[]": "io.k8s.api.core.v1.LocalObjectReference",
     "model.download.resources": "io.k8s.api.core.v1.ResourceRequirements",
-    "engine.startupProbe": "mooncake-pd.ProbeTimings",
-    "engine.livenessProbe": "mooncake-pd.ProbeTimings",
+    "engine.startupProbe": "mooncake-pd.SingleSuccessProbeTimings",
+    "engine.livenessProbe": "mooncake-pd.SingleSuccessProbeTimings",
     "engine.podSecurityContext": "io.k8s.api.core.v1.PodSecurityContext",
     "engine.securityContext": "io.k8s.api.core.v1.SecurityContext",
     "networkTopology": "kthena.NetworkTopology",
@@ -101,6 +102,48 @@ LABEL_NAME = r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?"
 LABEL_KEY = rf"^({DNS_SUBDOMAIN}/)?{LABEL_NAME}$"
 LABEL_VALUE = rf"^({LABEL_NAME})?$"
 INT_BOUNDS = {"int32": (-(2**31), 2**31 - 1), "int64": (-(2**63), 2**63 - 1)}
+# The only `format`s the 1.27 definitions used here carry are int32 and int64 (bounded above);
+# the API server checks more strings by format than OpenAPI marks. Each rule below names its
+# source in kubernetes v1.27 (pkg/apis/...; k8s.io/apimachinery/pkg/util/validation).
+# Quantities of resources are >= 0 (core/validation ValidateResourceQuantityValue ->
+# ValidateNonnegativeQuantity): the grammar without a minus sign.
+NONNEGATIVE_QUANTITY = r"^\+?([0-9]+(\.[0-9]*)?|\.[0-9]+)([KMGTPE]i|[numkMGTPE]|[eE][+-]?[0-9]+)?$"
+# Extended resources hold whole numbers (IsIntegerResourceName: "must be an integer"): no fraction
+# without a suffix, milli/micro/nano units only in whole thousands/millions/billions. A decimal
+# with a larger suffix (1.5k) passes here and is left to the API server.
+INTEGER_QUANTITY = (
+    r"^\+?([0-9]+(\.0*)?|[0-9]*\.[0-9]+([KMGTPE]i|[kMGTPE]|[eE]\+?[0-9]+)|[0-9]+([KMGTPE]i|[kMGTPE]|[eE]\+?[0-9]+)"
+    r"|0+[mun]|[0-9]*000m|[0-9]*000000u|[0-9]*000000000n)$"
+)
+# Container resource names (core/validation validateContainerResourceName): the standard ones,
+# or an extended name `domain/name` that is a qualified name (helper.IsExtendedResourceName).
+STANDARD_RESOURCE = r"^(cpu|memory|ephemeral-storage|hugepages-[-A-Za-z0-9_.]*[A-Za-z0-9])$"
+EXTENDED_RESOURCE = rf"^{DNS_SUBDOMAIN}/{LABEL_NAME}$"
+# CIDRs as netutils.ParseCIDRSloppy reads them (networking/validation ValidateIPBlock: cidr and
+# each except entry, "not a valid CIDR"): IPv4 octets may have leading zeros, host bits may be set.
+_V4 = r"((25[0-5]|2[0-4][0-9]|[01]?[0-9]?[0-9])\.){3}(25[0-5]|2[0-4][0-9]|[01]?[0-9]?[0-9])"
+_H = "[0-9a-fA-F]{1,4}"
+_V6 = "|".join(
+    [
+        rf"({_H}:){{7}}{_H}",
+        rf"({_H}:){{1,7}}:",
+        *(rf"({_H}:){{{n}}}(:{_H}){{1,{7 - n}}}" for n in range(1, 7)),
+        rf":(:{_H}){{1,7}}",
+        "::",
+        rf"({_H}:){{6}}{_V4}",
+        *(rf"({_H}:){{{n}}}(:{_H}){{0,{5 - n}}}:{_V4}" for n in range(0, 6)),
+        rf"::({_H}:){{0,5}}{_V4}",
+    ]
+)
+CIDR = rf"^({_V4}/(3[0-2]|[12]?[0-9])|({_V6})/(12[0-8]|1[01][0-9]|[1-9]?[0-9]))$"
+# LabelSelectorRequirement and NodeSelectorRequirement operators (apimachinery
+# ValidateLabelSelectorRequirement; core/validation ValidateNodeSelectorRequirement).
+SELECTOR_OPERATORS = ["In", "NotIn", "Exists", "DoesNotExist"]
+NODE_SELECTOR_OPERATORS = [*SELECTOR_OPERATORS, "Gt", "Lt"]
+# Probe fields (core/validation validateProbe, ValidateNonnegativeField): >= 0, 0 meaning the
+# default (core/v1/defaults.go SetDefaults_Probe); terminationGracePeriodSeconds > 0;
+# liveness and startup probes need successThreshold 1 (validateContainerCommon "must be 1").
+PROBE_NONNEGATIVE = ("initialDelaySeconds", "timeoutSeconds", "periodSeconds", "successThreshold", "failureThreshold")
 PROBE_HANDLERS = ("exec", "grpc", "httpGet", "tcpSocket")
 
 
@@ -124,8 +167,11 @@ def _local_definitions() -> dict[str, Any]:
     for handler in PROBE_HANDLERS:
         probe["properties"].pop(handler, None)
     probe["description"] = "Probe timings; the chart sets the handler (httpGet /health on the role's port)."
+    single = copy.deepcopy(probe)
+    single["description"] = "Liveness or startup probe timings: successThreshold must be 1 (or 0, the default)."
     return {
         "mooncake-pd.ProbeTimings": probe,
+        "mooncake-pd.SingleSuccessProbeTimings": single,
         "kthena.NetworkTopology": _crd_schema(
             "workload.serving.volcano.sh_modelservings.yaml", "spec", "template", "networkTopology"
         ),
@@ -196,7 +242,68 @@ def definitions(names: set[str]) -> dict[str, Any]:
     if toleration:
         toleration["properties"]["operator"]["enum"] = ["Exists", "Equal", None]
         toleration["properties"]["effect"]["enum"] = ["NoSchedule", "PreferNoSchedule", "NoExecute", "", None]
+    api_server_rules(wanted)
     return dict(sorted(wanted.items()))
+
+
+def _properties(wanted: dict[str, Any], name: str) -> dict[str, Any]:
+    return (wanted.get(name) or {}).get("properties") or {}
+
+
+def api_server_rules(wanted: dict[str, Any]) -> None:
+    """The API server's own field rules the OpenAPI definitions do not carry, added in place to
+    the definitions present (sources at the constants above)."""
+    quantity = wanted.get("io.k8s.apimachinery.pkg.api.resource.Quantity")
+    if quantity:
+        quantity["description"] += " Not negative (resources)."
+        quantity["oneOf"] = [{"type": "string", "pattern": NONNEGATIVE_QUANTITY}, {"type": "number", "minimum": 0}]
+    integer = {
+        "description": "An extended resource: a whole number.",
+        "oneOf": [{"type": "string", "pattern": INTEGER_QUANTITY}, {"type": "integer", "minimum": 0}],
+    }
+    for key in ("limits", "requests"):
+        field = _properties(wanted, "io.k8s.api.core.v1.ResourceRequirements").get(key)
+        if field:
+            field["description"] += " Names: cpu, memory, ephemeral-storage, hugepages-<size>, or domain/name."
+            field["patternProperties"] = {
+                STANDARD_RESOURCE: field.pop("additionalProperties"),
+                EXTENDED_RESOURCE: integer,
+            }
+            field["additionalProperties"] = False
+    ip_block = _properties(wanted, "io.k8s.api.networking.v1.IPBlock")
+    if ip_block:
+        ip_block["cidr"]["pattern"] = CIDR
+        ip_block["except"]["items"]["pattern"] = CIDR
+    for name in ("mooncake-pd.ProbeTimings", "mooncake-pd.SingleSuccessProbeTimings"):
+        probe = _properties(wanted, name)
+        for key in PROBE_NONNEGATIVE:
+            probe.get(key, {})["minimum"] = 0
+        if "terminationGracePeriodSeconds" in probe:
+            probe["terminationGracePeriodSeconds"]["minimum"] = 1
+    single = _properties(wanted, "mooncake-pd.SingleSuccessProbeTimings")
+    if single:
+        single["successThreshold"]["maximum"] = 1
+    label_selector = _properties(wanted, "io.k8s.apimachinery.pkg.apis.meta.v1.LabelSelector")
+    if label_selector:
+        label_selector["matchLabels"]["patternProperties"] = {
+            LABEL_KEY: label_selector["matchLabels"].pop("additionalProperties") | {"pattern": LABEL_VALUE}
+        }
+        label_selector["matchLabels"]["additionalProperties"] = False
+    for name, operators in (
+        ("io.k8s.apimachinery.pkg.apis.meta.v1.LabelSelectorRequirement", SELECTOR_OPERATORS),
+        ("io.k8s.api.core.v1.NodeSelectorRequirement", NODE_SELECTOR_OPERATORS),
+    ):
+        requirement = _properties(wanted, name)
+        if requirement:
+            requirement["key"]["pattern"] = LABEL_KEY
+            requirement["operator"]["enum"] = operators
+    term = _properties(wanted, "io.k8s.api.core.v1.PodAffinityTerm")
+    if term:
+        term["topologyKey"]["pattern"] = LABEL_KEY
+    toleration = _properties(wanted, "io.k8s.api.core.v1.Toleration")
+    if toleration:
+        # Empty with operator Exists matches every taint (core/validation validateTolerations).
+        toleration["key"]["pattern"] = LABEL_KEY.replace("^(", "^$|^(", 1)
 
 
 def _node(schema: dict[str, Any], path: str) -> dict[str, Any]:
