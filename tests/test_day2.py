@@ -137,7 +137,7 @@ def test_dashboard_configmap(render: Renderer):
 
 KNOWN_METRICS = {
     "vllm:time_to_first_token_seconds_bucket",
-    "vllm:time_per_output_token_seconds_bucket",
+    "vllm:request_time_per_output_token_seconds_bucket",
     "vllm:kv_cache_usage_perc",
     "vllm:external_prefix_cache_hits_total",
     "vllm:external_prefix_cache_queries_total",

@@ -48,6 +48,22 @@ image that carries the proxy script (CPU only) on NVIDIA. */}}
 {{- end -}}
 {{- end }}
 
+{{/* The benchmark client's image: benchmark.image, else vLLM's own image of the engines' version
+on Ascend (in the vLLM-Ascend image `vllm` cannot start without an NPU: its platform plugin,
+vllm_ascend.register, returns NPUPlatform and vllm_ascend/utils.py imports torch_npu, which needs
+the driver; transformers imports torch_npu too), else the engine image. */}}
+{{- define "mooncake-pd.benchmarkImage" -}}
+{{- $image := .Values.benchmark.image -}}
+{{- $profile := include "mooncake-pd.accelerator" . | fromJson -}}
+{{- if $image.repository -}}
+{{- printf "%s:%s" $image.repository (default "v0.13.0" $image.tag) -}}
+{{- else if eq $profile.family "ascend" -}}
+{{- printf "docker.io/vllm/vllm-openai:%s" (default "v0.13.0" $image.tag) -}}
+{{- else -}}
+{{- include "mooncake-pd.image" . -}}
+{{- end -}}
+{{- end }}
+
 {{/* Pod template labels: no chart or app version, so an upgrade that changes neither the
 pod spec nor the scripts does not restart engines. (dict "root" $ "component" "proxy") */}}
 {{- define "mooncake-pd.podLabels" -}}
@@ -62,13 +78,16 @@ app.kubernetes.io/part-of: mooncake-pd
 {{- end }}
 
 {{/* The accelerator profile as JSON: device resource, devices per node, family, default
-image and KV connector. Unknown types fail here and in validate-values. */}}
+image and KV connector (and the KV buffer device the connector must use). cpu has no device:
+vLLM's CPU build, NixlConnector buffering the KV cache in host memory (nixl_connector.py reads
+kv_buffer_device, default "cuda"). Unknown types fail here and in validate-values. */}}
 {{- define "mooncake-pd.accelerator" -}}
 {{- $ascend := dict "family" "ascend" "repository" "quay.io/ascend/vllm-ascend" "connector" "MooncakeConnectorV1" "modulePath" "vllm_ascend.distributed.mooncake_connector" -}}
 {{- $profiles := dict
   "ascend-a3" (merge (dict "resourceName" "huawei.com/ascend-1980" "devicesPerNode" 16 "tag" "v0.13.0-a3") $ascend)
   "ascend-a2" (merge (dict "resourceName" "huawei.com/Ascend910" "devicesPerNode" 8 "tag" "v0.13.0") $ascend)
-  "nvidia" (dict "family" "nvidia" "resourceName" "nvidia.com/gpu" "devicesPerNode" 8 "repository" "docker.io/vllm/vllm-openai" "tag" "v0.13.0" "connector" "NixlConnector" "modulePath" "") -}}
+  "nvidia" (dict "family" "nvidia" "resourceName" "nvidia.com/gpu" "devicesPerNode" 8 "repository" "docker.io/vllm/vllm-openai" "tag" "v0.13.0" "connector" "NixlConnector" "modulePath" "")
+  "cpu" (dict "family" "cpu" "resourceName" "" "devicesPerNode" 0 "repository" "public.ecr.aws/q9t5s3a7/vllm-cpu-release-repo" "tag" "v0.13.0" "connector" "NixlConnector" "modulePath" "" "kvBufferDevice" "cpu") -}}
 {{- $profile := get $profiles .Values.accelerator.type -}}
 {{- if not $profile -}}
 {{- fail (printf "accelerator.type: %q is not a known profile; use one of: %s" .Values.accelerator.type (keys $profiles | sortAlpha | join ", ")) -}}
@@ -200,9 +219,11 @@ and NixlConnector take their ports from environment variables (mooncake-pd.conne
 {{- if eq $connector "NixlConnector" }}
 {{- $_ := set $config "kv_role" "kv_both" }}
 {{- end }}
-{{- with (default (include "mooncake-pd.accelerator" $root | fromJson).modulePath $root.Values.kvTransfer.modulePath) }}
+{{- $profile := include "mooncake-pd.accelerator" $root | fromJson -}}
+{{- with (default $profile.modulePath $root.Values.kvTransfer.modulePath) }}
 {{- $_ := set $config "kv_connector_module_path" . }}
 {{- end }}
+{{- $_ := merge $config (include "mooncake-pd.kvTransferFields" $root | fromJson) }}
 {{- if eq $connector "MooncakeConnectorV1" }}
 {{- $_ := set $config "kv_port" (int $v.kvPort) }}
 {{- $_ := set $config "kv_connector_extra_config" (include "mooncake-pd.kvConnectorExtraConfig" $root | fromJson) }}
@@ -210,6 +231,23 @@ and NixlConnector take their ports from environment variables (mooncake-pd.conne
 {{- $_ := set $config "kv_connector_extra_config" $root.Values.kvTransfer.extraConfig }}
 {{- end }}
 {{- toJson $config -}}
+{{- end }}
+
+{{/* The top-level KVTransferConfig fields a user sets (vllm/config/kv_transfer.py, vLLM
+0.13.0), as JSON: kvTransfer.bufferDevice (or the profile's), bufferSize, loadFailurePolicy,
+enablePermuteLocalKv; null keys are left to vLLM's defaults. */}}
+{{- define "mooncake-pd.kvTransferFields" -}}
+{{- $kv := .Values.kvTransfer -}}
+{{- $fields := dict -}}
+{{- with (default (include "mooncake-pd.accelerator" . | fromJson).kvBufferDevice $kv.bufferDevice) }}
+{{- $_ := set $fields "kv_buffer_device" . }}
+{{- end }}
+{{- range $key, $field := dict "bufferSize" "kv_buffer_size" "loadFailurePolicy" "kv_load_failure_policy" "enablePermuteLocalKv" "enable_permute_local_kv" }}
+{{- if not (kindIs "invalid" (get $kv $key)) }}
+{{- $_ := set $fields $field (get $kv $key) }}
+{{- end }}
+{{- end }}
+{{- toJson $fields -}}
 {{- end }}
 
 {{/* Environment a connector reads its side-channel port from (not MooncakeConnectorV1). */}}
@@ -292,6 +330,12 @@ export MOONCAKE_ENGINE_ID="${GROUP_NAME}_${ROLE_ID}_node${WORKER_INDEX}"
 # Unique per role replica, from Kthena's pod labels (downward API).
 export MOONCAKE_ENGINE_ID="${GROUP_NAME}_${ROLE_ID}"
 {{- end -}}
+{{- if eq (include "mooncake-pd.connector" .root) "NixlConnector" }}
+# Unique per start too: NixlConnector keys the remote agents it has met by engine_id, so a decode
+# engine that met this pod's previous process would keep reading from an agent that is gone
+# (NIXL_ERR_NOT_FOUND; vLLM then recomputes every prompt, silently). Seen in the e2e run.
+MOONCAKE_ENGINE_ID="${MOONCAKE_ENGINE_ID}_start$(date +%s%N)"
+{{- end -}}
 {{- end }}
 
 {{/* Env of every CPU-only Python container the chart starts in the vLLM-Ascend image (proxy,
@@ -329,8 +373,12 @@ values key each check answers to. Context: (dict "root" $ "role" "prefill"). */}
   "devicePattern" (ternary "davinci" "nvidia" (eq $profile.family "ascend"))
   "hccnConf" "/etc/hccn.conf"
   "hccnTool" "/usr/local/Ascend/driver/tools/hccn_tool"
-  "checks" $root.Values.engine.preflight.checks
+  "checks" (deepCopy $root.Values.engine.preflight.checks)
 -}}
+{{- if not $profile.resourceName }}
+{{- /* No device to count (the cpu profile). */ -}}
+{{- $_ := set $settings.checks "devices" false }}
+{{- end }}
 {{- toJson $settings -}}
 {{- end }}
 
@@ -363,6 +411,10 @@ user flags. Every value is single-quoted; JSON comes from toJson. */}}
 {{- $ascend := $root.Values.accelerator.ascend | default dict }}
 {{- $env = include "mooncake-pd.overlay" (dict "base" $ascend.env "over" $env) | fromJson }}
 {{- $env = include "mooncake-pd.overlay" (dict "base" $env "over" (get ($ascend.roleEnv | default dict) .role)) | fromJson }}
+{{- else if eq $profile.family "cpu" }}
+{{- $cpu := $root.Values.accelerator.cpu }}
+{{- $_ := set $env "VLLM_CPU_KVCACHE_SPACE" (int $cpu.kvCacheSpaceGiB) }}
+{{- $_ := set $env "VLLM_CPU_OMP_THREADS_BIND" $cpu.ompThreadsBind }}
 {{- end -}}
 {{- $args := include "mooncake-pd.serveArgs" . | fromJson -}}
 #!/bin/bash
@@ -437,6 +489,9 @@ exec vllm serve "${MODEL_LOCATION}" \
 NVIDIA. network.interface auto finds the default-route interface when the container starts. */}}
 {{- define "mooncake-pd.nicExports" -}}
 {{- $interface := .root.Values.network.interface }}
+# The address vLLM advertises (vllm/utils/network_utils.py get_ip; Mooncake's side channel and
+# DP use it) is the one the chart binds and checks, not whichever NIC routes to 8.8.8.8.
+export VLLM_HOST_IP="${POD_IP}"
 {{- if eq $interface "auto" }}
 # network.interface auto: the interface of the default route, as `ip route | grep default` shows.
 nic="$(ip -o -4 route show to default 2>/dev/null | awk '{for (i = 1; i < NF; i++) if ($i == "dev") {print $(i + 1); exit}}' || true)"
@@ -461,6 +516,9 @@ export HCCL_IF_IP="${POD_IP}"
 export GLOO_SOCKET_IFNAME={{ .nic }}
 export TP_SOCKET_IFNAME={{ .nic }}
 export HCCL_SOCKET_IFNAME={{ .nic }}
+{{- else if eq .family "cpu" }}
+# Gloo sockets (vLLM's CPU build has no NCCL) use the pod's (host network) NIC.
+export GLOO_SOCKET_IFNAME={{ .nic }}
 {{- else }}
 # NCCL and Gloo sockets use the pod's (host network) NIC.
 export GLOO_SOCKET_IFNAME={{ .nic }}

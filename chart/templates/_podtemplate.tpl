@@ -11,8 +11,10 @@ Context: (dict "root" $ "role" "prefill" "worker" false).
 {{- $script := include "mooncake-pd.scriptName" . -}}
 {{- $devices := include "mooncake-pd.devicesPerPod" $v -}}
 {{- $resources := deepCopy ($v.resources | default dict) -}}
+{{- if $accelerator.resourceName }}
 {{- range $kind := list "requests" "limits" }}
 {{- $_ := set $resources $kind (merge (dict $accelerator.resourceName $devices) (get $resources $kind | default dict)) }}
+{{- end }}
 {{- end -}}
 metadata:
   labels:

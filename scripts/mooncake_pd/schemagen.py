@@ -55,6 +55,7 @@ K8S_FIELDS = {
     "benchmark.podSecurityContext": "io.k8s.api.core.v1.PodSecurityContext",
     "benchmark.securityContext": "io.k8s.api.core.v1.SecurityContext",
     "benchmark.tolerations[]": "io.k8s.api.core.v1.Toleration",
+    "benchmark.affinity": "io.k8s.api.core.v1.Affinity",
     **{
         f"{role}.{key}": definition
         for role in ("prefill", "decode")
@@ -88,6 +89,10 @@ NULLABLE = {
     "proxy.retryDelay",
     "benchmark.workload.maxConcurrency",
     "model.hfOverrides.head_dim",
+    "kvTransfer.bufferDevice",
+    "kvTransfer.bufferSize",
+    "kvTransfer.loadFailurePolicy",
+    "kvTransfer.enablePermuteLocalKv",
 }
 # Strings where a newline or tab is content, not a fault.
 MULTILINE = {"test.prompt"}

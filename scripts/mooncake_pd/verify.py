@@ -1,6 +1,16 @@
 """Verify a live deployment the way the guide does by hand: every pod ready, a chat request
-through the router answered, and the log lines that prove the KV cache moved from prefill to
-decode for that request.
+through the router answered, and proof that the KV cache moved from prefill to decode.
+
+The proof follows the connector (the ModelServing's mooncake-pd/kv-connector annotation):
+- MooncakeConnectorV1 (vLLM-Ascend): the guide's log lines, which name the request: prefill's
+  "Delaying free of N blocks for request R" and decode's "KV cache transfer for request R took X
+  ms" (vllm_ascend/distributed/mooncake_connector.py ~1062, ~562).
+- NixlConnector and upstream MooncakeConnector: no INFO line names a request (NIXL's per-request
+  lines are DEBUG, nixl_connector.py ~725, ~1939), so decode's /metrics are read before and after
+  verify's own request: vllm:external_prefix_cache_hits_total must rise (prompt tokens decode did
+  not compute, v1/metrics/loggers.py ~520), and on NIXL vllm:nixl_xfer_time_seconds_count must
+  rise (one per transfer, nixl_connector.py ~2433) while vllm:nixl_num_failed_transfers_total does
+  not. These names were read off real vLLM 0.13 engines by the e2e run (tests/test_e2e.py).
 
 The decision (`assess`) is a pure function of what was collected (`Snapshot`), so it is tested
 on recorded objects and logs; `collect` does the Kubernetes I/O.
@@ -24,6 +34,11 @@ KTHENA_GROUP, KTHENA_VERSION, MODELSERVINGS = "workload.serving.volcano.sh", "v1
 DELAYING_FREE = re.compile(r"Delaying free of (?P<blocks>\d+) blocks for request (?P<request>\S+)")
 KV_TRANSFER = re.compile(r"KV cache transfer for request (?P<request>\S+) took (?P<ms>\d+(?:\.\d+)?) ms")
 GENERATION = re.compile(r"Avg generation throughput: (?P<rate>\d+(?:\.\d+)?) tokens/s")
+LOG_CONNECTOR = "MooncakeConnectorV1"
+EXTERNAL_HITS = "vllm:external_prefix_cache_hits_total"
+NIXL_TRANSFERS = "vllm:nixl_xfer_time_seconds_count"
+NIXL_FAILED = "vllm:nixl_num_failed_transfers_total"
+METRIC_LINE = re.compile(r"^(?P<name>[a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?\s+(?P<value>\S+)")
 
 
 class VerifyError(RuntimeError):
@@ -71,6 +86,9 @@ class Snapshot:
     response: Response | None
     logs: dict[str, list[str]]  # pod name -> lines since the request
     error: str | None = None  # why there is no response
+    # decode entry pod -> its /metrics text (before, after) the request; read for connectors whose
+    # logs name no request (NIXL, upstream Mooncake)
+    metrics: dict[str, tuple[str, str]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -156,6 +174,53 @@ def _completion(body: dict[str, Any]) -> str:
     return message.get("content") or choices[0].get("text") or ""
 
 
+def metric_total(text: str, name: str) -> float:
+    """The sum of a metric's samples (every label set) in Prometheus text; 0 when absent."""
+    total = 0.0
+    for line in text.splitlines():
+        m = METRIC_LINE.match(line)
+        if m and m["name"] == name:
+            total += float(m["value"])
+    return total
+
+
+def connector_of(modelserving: dict[str, Any]) -> str:
+    """The release's KV connector: the chart's annotation (releases before it: the guide's)."""
+    annotations = modelserving["metadata"].get("annotations") or {}
+    return annotations.get("mooncake-pd/kv-connector", LOG_CONNECTOR)
+
+
+def metric_checks(snapshot: Snapshot, connector: str, decode_role: str) -> list[Check]:
+    """KV transfer judged on decode's /metrics before and after verify's request."""
+    if not snapshot.metrics:
+        return [Check("decode received the KV cache", False, f"no /metrics read from the {decode_role} pods")]
+
+    def delta(name: str) -> float:
+        return sum(metric_total(after, name) - metric_total(before, name) for before, after in snapshot.metrics.values())
+
+    prompt = ((snapshot.response.body.get("usage") or {}).get("prompt_tokens") if snapshot.response else None) or 0
+    hits = delta(EXTERNAL_HITS)
+    checks = [
+        Check(
+            "decode received the KV cache",
+            hits > 0,
+            f"{EXTERNAL_HITS} rose by {hits:g} (the request had {prompt} prompt tokens): decode loaded them"
+            if hits > 0
+            else f"{EXTERNAL_HITS} did not rise in {decode_role}: decode computed the prompt itself",
+        )
+    ]
+    if connector == "NixlConnector":
+        transfers, failed = delta(NIXL_TRANSFERS), delta(NIXL_FAILED)
+        checks.append(
+            Check(
+                "NIXL transfers without failure",
+                transfers > 0 and failed == 0,
+                f"{NIXL_TRANSFERS} +{transfers:g}, {NIXL_FAILED} +{failed:g}",
+            )
+        )
+    return checks
+
+
 def assess(snapshot: Snapshot) -> Report:
     """Every check of the guide, decided on a Snapshot."""
     checks = readiness_checks(snapshot)
@@ -185,6 +250,11 @@ def assess(snapshot: Snapshot) -> Report:
     # The chart renders the prefill role first and the decode role last.
     role_names = [r["name"] for r in snapshot.modelserving["spec"]["template"]["roles"]]
     prefill, decode = (by_role.get(role_names[0], Markers()), by_role.get(role_names[-1], Markers()))
+    connector = connector_of(snapshot.modelserving)
+    if connector != LOG_CONNECTOR:
+        checks += metric_checks(snapshot, connector, role_names[-1])
+        checks.append(_generation_check(decode, role_names[-1]))
+        return Report(checks, {})
     freed = [b for r, b in prefill.delaying_free.items() if request_id and same_request(r, request_id)]
     checks.append(
         Check(
@@ -206,17 +276,19 @@ def assess(snapshot: Snapshot) -> Report:
             else f"no 'KV cache transfer for request {request_id or '<id>'} took X ms' in {role_names[-1]} logs",
         )
     )
-    positive = [r for r in decode.generation_rates if r > 0]
-    checks.append(
-        Check(
-            "decode generated tokens",
-            bool(positive),
-            f"Avg generation throughput up to {max(positive):g} tokens/s"
-            if positive
-            else f"no 'Avg generation throughput' above 0 in {role_names[-1]} logs",
-        )
-    )
+    checks.append(_generation_check(decode, role_names[-1]))
     return Report(checks, {r: ms for r, ms in transfers.items()})
+
+
+def _generation_check(decode: Markers, role: str) -> Check:
+    positive = [r for r in decode.generation_rates if r > 0]
+    return Check(
+        "decode generated tokens",
+        bool(positive),
+        f"Avg generation throughput up to {max(positive):g} tokens/s"
+        if positive
+        else f"no 'Avg generation throughput' above 0 in {role} logs",
+    )
 
 
 # ---- Kubernetes I/O -------------------------------------------------------------------
@@ -269,6 +341,29 @@ def _forwarded_request(core, namespace: str, pod: str, port: int, path: str, bod
     return _post(connection, path, body)
 
 
+def _forwarded_get(core, namespace: str, pod: str, port: int, path: str, timeout: float) -> str:
+    from kubernetes.stream import portforward
+
+    forward = portforward(core.connect_get_namespaced_pod_portforward, pod, namespace, ports=str(port))
+    connection = http.client.HTTPConnection("localhost", port, timeout=timeout)
+    connection.sock = forward.socket(port)
+    connection.sock.settimeout(timeout)
+    connection.request("GET", path)
+    return connection.getresponse().read().decode(errors="replace")
+
+
+def decode_entry_pods(modelserving: dict[str, Any], pods: list[dict[str, Any]]) -> list[tuple[str, int]]:
+    """(pod name, serving port) of every decode entry pod: where decode's /metrics are."""
+    role = modelserving["spec"]["template"]["roles"][-1]
+    container = role["entryTemplate"]["spec"]["containers"][0]
+    port = next(p["containerPort"] for p in container.get("ports", []) if p.get("name") == "server")
+    return [
+        (p["metadata"]["name"], port)
+        for p in pods
+        if _labels(p).get(f"{LABEL}/role") == role["name"] and _labels(p).get(f"{LABEL}/entry") == "true"
+    ]
+
+
 def _post(connection: http.client.HTTPConnection, path: str, body: bytes) -> Response:
     connection.request("POST", path, body=body, headers={"Content-Type": "application/json"})
     answer = connection.getresponse()
@@ -315,6 +410,7 @@ def collect(
     log_wait: float,
     timeout: float,
     progress: Callable[[str], None],
+    read_metrics: Callable[[str, int], str] | None = None,
 ) -> Snapshot:
     modelserving = find_modelserving(custom, release, namespace)
     name = modelserving["metadata"]["name"]
@@ -323,6 +419,9 @@ def collect(
     pods = [_pod_view(p) for p in pods]
     progress(f"{len(pods)} pod(s); sending the test request")
     model = model or served_name(modelserving)
+    read_metrics = read_metrics or (lambda pod, port: _forwarded_get(core, namespace, pod, port, "/metrics", timeout))
+    metric_pods = decode_entry_pods(modelserving, pods) if connector_of(modelserving) != LOG_CONNECTOR else []
+    before = {pod: read_metrics(pod, port) for pod, port in metric_pods}
     start = time.time()
     response, error = None, None
     try:
@@ -341,7 +440,8 @@ def collect(
                 pod["metadata"]["name"], namespace, container=container, since_seconds=since
             )
             logs[pod["metadata"]["name"]] = text.splitlines()
-        snapshot = Snapshot(modelserving, pods, response, logs, error)
+        metrics = {pod: (before[pod], read_metrics(pod, port)) for pod, port in metric_pods}
+        snapshot = Snapshot(modelserving, pods, response, logs, error, metrics)
         if assess(snapshot).ok or time.time() >= deadline or response is None:
             return snapshot
         progress("waiting for the KV transfer log lines ...")
