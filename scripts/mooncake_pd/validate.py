@@ -1,6 +1,7 @@
 """Validate rendered objects: core kinds against the Kubernetes OpenAPI schemas
 (kubernetes-validate, strict), Kthena and Prometheus Operator kinds against their real CRDs
-(vendored in the package), and the pod templates inside a ModelServing as Pods."""
+(vendored in the package) including the CRDs' CEL rules (mooncake_pd.cel), and the pod
+templates inside a ModelServing as Pods."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ import jsonschema
 import kubernetes_validate
 import yaml
 
-from mooncake_pd import paths
+from mooncake_pd import cel, paths
 from mooncake_pd.manifests import Manifest, ident
 
 # The chart's kubeVersion floor and the newest schemas kubernetes-validate ships.
@@ -61,6 +62,38 @@ def crd_schemas(folder: Path) -> dict[tuple[str, str], dict[str, Any]]:
             schema = version["schema"]["openAPIV3Schema"]
             schemas[(f"{group}/{version['name']}", kind)] = _strict(schema)
     return schemas
+
+
+@cache
+def crd_documents(folder: Path) -> dict[tuple[str, str], dict[str, Any]]:
+    """(apiVersion, kind) -> the whole CRD, for its CEL rules (the C loader when PyYAML has it:
+    the ModelServing CRD is large)."""
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    documents: dict[tuple[str, str], dict[str, Any]] = {}
+    for path in sorted(folder.glob("*.yaml")):
+        crd = yaml.load(path.read_text(), Loader=loader)
+        if crd and crd.get("kind") == "CustomResourceDefinition":
+            for version in crd["spec"]["versions"]:
+                documents[(f"{crd['spec']['group']}/{version['name']}", crd["spec"]["names"]["kind"])] = crd
+    return documents
+
+
+def validate_cel(obj: Manifest, folder: Path | None = None) -> list[str]:
+    """The CRD's CEL rules (x-kubernetes-validations) that the object breaks, as the API server
+    would evaluate them on a create; a rule the evaluator cannot run is reported, not passed."""
+    return list(_validate_cel(json.dumps(obj, sort_keys=True), folder or paths.crds_dir()))
+
+
+@cache
+def _validate_cel(canonical: str, folder: Path) -> tuple[str, ...]:
+    obj = json.loads(canonical)
+    crd = crd_documents(folder).get((obj["apiVersion"], obj["kind"]))
+    if crd is None:
+        return (f"{ident(obj)}: no CRD for {obj['apiVersion']} {obj['kind']}",)
+    try:
+        return tuple(f"{ident(obj)} (CEL): {e}" for e in cel.errors(crd, obj))
+    except cel.CelError as e:
+        return (f"{ident(obj)} (CEL): not evaluated: {e}",)
 
 
 def crd_schema(api_version: str, kind: str, folder: Path | None = None) -> dict[str, Any]:
@@ -120,6 +153,7 @@ def validate(objects: Iterable[Manifest], crds: Path | None = None) -> list[str]
             errors += validate_crd_object(obj, paths.PROMETHEUS_CRDS)
         elif group in KTHENA_GROUPS:
             errors += validate_crd_object(obj, crds)
+            errors += validate_cel(obj, crds)
             if obj["kind"] == "ModelServing":
                 for label, pod in pod_templates(obj):
                     errors += [f"{label}: {e}" for e in validate_core_object(pod)]
