@@ -1,6 +1,7 @@
 # One entry point for people and CI. Every target installs what it needs first: a virtualenv in
 # .venv (requirements.txt), pinned helm 3 and 4 in .tools/helm, and for the tests checkov in its
-# own venv. `make render` installs only the venv and one helm.
+# own venv and the e2e venv (vLLM 0.13.0 CPU build, NIXL; .tools/e2e) with the vLLM-Ascend
+# overlay (.tools/ascend-overlay). `make render` installs only the venv and one helm.
 SHELL := /bin/bash
 PYTHON ?= python3
 VENV := .venv
@@ -16,10 +17,10 @@ RENDER_HELM := $(if $(HELM),$(HELM),$(PINNED_HELM))
 RENDER_HELM_DEP := $(if $(HELM),,$(PINNED_HELM))
 CT_TARGET_BRANCH ?= main
 CHECKOV_STAMP := .tools/checkov/.installed
-CONFORMANCE_STAMP := .tools/conformance/.installed
+E2E_STAMP := .tools/e2e/.installed .tools/ascend-overlay/.installed
 CHART_VERSION = $(shell sed -n 's/^version: *//p' chart/Chart.yaml)
 
-.PHONY: help tools helm render test conformance fuzz golden schema docs lint package clean
+.PHONY: help tools helm render test unit e2e e2e-venv conformance fuzz golden schema docs lint package clean
 
 help: ## List the targets.
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -39,11 +40,9 @@ $(CHECKOV_STAMP): requirements-checkov.txt
 	.tools/checkov/bin/python -m pip install --quiet -r requirements-checkov.txt
 	touch $@
 
-$(CONFORMANCE_STAMP): requirements-conformance.txt
-	$(PYTHON) -m venv .tools/conformance
-	.tools/conformance/bin/python -m pip install --quiet -r requirements-conformance.txt
-	.tools/conformance/bin/python -m pip install --quiet --no-deps -r requirements-conformance-nodeps.txt
-	touch $@
+$(E2E_STAMP) &: requirements-e2e.txt requirements-e2e-nodeps.txt requirements-ascend-overlay.txt scripts/install-e2e.sh tests/e2e/libcuda-stub.sh
+	rm -f $(E2E_STAMP)
+	scripts/install-e2e.sh
 
 $(PINNED_HELM): scripts/install-helm.sh
 	scripts/install-helm.sh 4.1.4
@@ -51,15 +50,24 @@ $(PINNED_HELM): scripts/install-helm.sh
 helm: ## Install the pinned helm binaries (checksummed) into .tools/helm.
 	scripts/install-helm.sh $(HELM_VERSIONS)
 
-tools: $(STAMP) $(TEST_STAMP) $(CHECKOV_STAMP) $(CONFORMANCE_STAMP) helm ## Install everything the other targets need.
+tools: $(STAMP) $(TEST_STAMP) $(CHECKOV_STAMP) $(E2E_STAMP) helm ## Install everything the other targets need.
 
 render: $(STAMP) $(RENDER_HELM_DEP) ## Render the chart with its defaults, validate it, write out/ and print a summary.
 	$(PY) -m mooncake_pd --helm $(RENDER_HELM) render --out out/mooncake-pd.yaml
 
-test: tools ## Run the whole test suite (helm 3 and helm 4, and the conformance checks).
-	$(PY) -m pytest
+test: tools ## Run the whole test suite: unit, render and conformance tests (helm 3 and 4), then the e2e.
+	$(PY) -m pytest -m "not e2e"
+	$(PY) -m pytest -m e2e
 
-conformance: $(TEST_STAMP) $(CONFORMANCE_STAMP) helm ## Only the runtime-conformance checks (real torch, torch_npu, modelscope).
+unit: $(TEST_STAMP) $(CHECKOV_STAMP) $(E2E_STAMP) helm ## Everything but the e2e.
+	$(PY) -m pytest -m "not e2e"
+
+e2e-venv: $(E2E_STAMP) ## Install the e2e venv and the vLLM-Ascend overlay (scripts/install-e2e.sh).
+
+e2e: $(TEST_STAMP) $(E2E_STAMP) helm ## Real vLLM CPU engines started by the chart's scripts exchange the KV cache over NIXL (logs: out/e2e/).
+	$(PY) -m pytest -m e2e
+
+conformance: $(TEST_STAMP) $(E2E_STAMP) helm ## Only the runtime-conformance checks: every client container's real command in its image's Python.
 	$(PY) -m pytest -m conformance
 
 fuzz: $(TEST_STAMP) helm ## The property-based values test at length (FUZZ=3000 examples, helm 3 and 4, random seeds).

