@@ -55,12 +55,15 @@ tools: $(STAMP) $(TEST_STAMP) $(CHECKOV_STAMP) $(E2E_STAMP) helm ## Install ever
 render: $(STAMP) $(RENDER_HELM_DEP) ## Render the chart with its defaults, validate it, write out/ and print a summary.
 	$(PY) -m mooncake_pd --helm $(RENDER_HELM) render --out out/mooncake-pd.yaml
 
+# Two test processes (the machine has 2 cores); the e2e runs alone afterwards, its engines use both.
+PYTEST_PARALLEL := -n 2 --dist loadfile
+
 test: tools ## Run the whole test suite: unit, render and conformance tests (helm 3 and 4), then the e2e.
-	$(PY) -m pytest -m "not e2e"
+	$(PY) -m pytest -m "not e2e" $(PYTEST_PARALLEL)
 	$(PY) -m pytest -m e2e
 
 unit: $(TEST_STAMP) $(CHECKOV_STAMP) $(E2E_STAMP) helm ## Everything but the e2e.
-	$(PY) -m pytest -m "not e2e"
+	$(PY) -m pytest -m "not e2e" $(PYTEST_PARALLEL)
 
 e2e-venv: $(E2E_STAMP) ## Install the e2e venv and the vLLM-Ascend overlay (scripts/install-e2e.sh).
 

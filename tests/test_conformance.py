@@ -54,6 +54,9 @@ from localpods import (
 )
 from mooncake_pd import bench, engines, paths, validate, vllmflags
 
+# The stand-ins and the proxy listen on fixed ports, so this module runs in one process: `make
+# test` runs tests in two with --dist loadfile, which keeps a module on one worker (xdist 3.8's
+# xdist_group does nothing under pytest 9.2: it renames item._nodeid, which pytest 9 no longer reads).
 pytestmark = pytest.mark.conformance
 
 TESTS = Path(__file__).resolve().parent

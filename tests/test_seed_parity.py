@@ -1,5 +1,5 @@
 """The chart's defaults reproduce the vendor guide's deployment (seed), object by object and
-down to what `vllm serve` receives, apart from the two deliberate differences (README)."""
+down to what `vllm serve` receives, apart from the three deliberate differences (docs/deployment.md)."""
 
 from __future__ import annotations
 
@@ -83,7 +83,7 @@ def shellcheck() -> str:
 
 
 def expected_serve(role: str) -> dict:
-    """What the guide's script gives `vllm serve`, with the chart's two deliberate differences."""
+    """What the guide's script gives `vllm serve`, with the chart's deliberate differences 1 and 2."""
     expected = copy.deepcopy(guide.SERVE[role])
     # Deliberate difference 1: the head_dim fix for the guide's own Qwen2Config crash.
     expected["flags"]["hf-overrides"] = {"head_dim": 128}
@@ -105,7 +105,8 @@ def _exported(run: engines.EngineRun) -> dict[str, str]:
 
 @pytest.mark.parametrize("role", ROLES)
 def test_environment_matches_guide(entry_runs, role: str):
-    assert _exported(entry_runs[role]) == guide.EXPORTS[role]
+    # Deliberate difference 3: vLLM advertises the pod IP, not the NIC that routes to 8.8.8.8.
+    assert _exported(entry_runs[role]) == {**guide.EXPORTS[role], "VLLM_HOST_IP": guide.POD_IP}
 
 
 @pytest.mark.parametrize("role", ROLES)

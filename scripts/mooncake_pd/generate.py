@@ -28,11 +28,17 @@ class Accelerator:
     family: str
 
 
-# Must agree with the chart's profiles (mooncake-pd.accelerator); a test checks it.
+# Must agree with the chart's profiles (mooncake-pd.accelerator) but cpu; a test checks it.
 ACCELERATORS = {
     "ascend-a3": Accelerator("ascend-a3", 16, 64, "ascend"),
     "ascend-a2": Accelerator("ascend-a2", 8, 64, "ascend"),
     "nvidia": Accelerator("nvidia", 8, 80, "nvidia"),
+}
+# The chart's cpu profile has no device memory to estimate: its KV cache is a size in host memory
+# (accelerator.cpu.kvCacheSpaceGiB), so its values are written by hand.
+HAND_WRITTEN = {
+    "cpu": "the cpu profile's KV cache is accelerator.cpu.kvCacheSpaceGiB of host memory, not an "
+    "estimate of device memory: start from values/qwen2.5-0.5b-instruct-cpu-1p1d.yaml and edit it by hand"
 }
 # Device memory of NVIDIA GPUs (GiB), for the KV estimate; --gpu picks one.
 NVIDIA_GPUS = {"h100": 80, "h200": 141, "h20": 96, "a100-80gb": 80, "l40s": 48}
@@ -132,6 +138,9 @@ def derived(
     written only with fixed_head_dim (where config.json is not read at start): otherwise the
     preflight derives it from the mounted model, and a fixed one is removed."""
     accelerator = ACCELERATORS.get(effective["accelerator"]["type"])
+    if effective["accelerator"]["type"] in HAND_WRITTEN:
+        kind = effective["accelerator"]["type"]
+        raise GenerateError(f"accelerator.type {kind!r}: {HAND_WRITTEN[kind]}")
     if accelerator is None:
         raise GenerateError(
             f"accelerator.type {effective['accelerator']['type']!r}: use one of {', '.join(ACCELERATORS)}"

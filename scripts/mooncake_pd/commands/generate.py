@@ -137,7 +137,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--accelerator",
         choices=sorted(gen.ACCELERATORS),
         default="ascend-a3",
-        help="accelerator profile (default: ascend-a3)",
+        help="accelerator profile (default: ascend-a3); the chart's cpu profile has no device memory "
+        "to estimate, so its values are written by hand (values/qwen2.5-0.5b-instruct-cpu-1p1d.yaml)",
     )
     generate.add_argument(
         "--gpu",
