@@ -263,6 +263,9 @@ class Proc:
         return "\n".join(text.splitlines()[-lines:])
 
 
+ENGINE_NICE = 19
+
+
 class Processes:
     """The processes a test started: each in its own session, stopped with its whole process
     group by close() (SIGTERM, then SIGKILL after `grace` seconds)."""
@@ -274,12 +277,21 @@ class Processes:
         logs.mkdir(parents=True, exist_ok=True)
 
     def start(
-        self, name: str, argv: list[str], env: dict[str, str], cwd: Path, user: tuple[int, int] | None = None
+        self,
+        name: str,
+        argv: list[str],
+        env: dict[str, str],
+        cwd: Path,
+        user: tuple[int, int] | None = None,
+        nice: int = 10,
     ) -> Proc:
+        """`nice`: every process yields to the machine's own; engines (ENGINE_NICE) also to the
+        clients, whose start-up would otherwise share the cores with the engines' busy-polling
+        UCX progress threads."""
         log = self.logs / f"{name}.log"
         with log.open("ab") as out:
             popen = subprocess.Popen(
-                ["nice", "-n", "10", *argv],
+                ["nice", "-n", str(nice), *argv],
                 env=env,
                 cwd=cwd,
                 stdout=out,
@@ -293,8 +305,8 @@ class Processes:
         self.running.append(proc)
         return proc
 
-    def run(self, container: Container, name: str | None = None) -> Proc:
-        return self.start(name or container.name, container.argv, container.env, container.cwd, container.user)
+    def run(self, container: Container, name: str | None = None, nice: int = 10) -> Proc:
+        return self.start(name or container.name, container.argv, container.env, container.cwd, container.user, nice)
 
     def stop(self, proc: Proc) -> None:
         if proc.popen.poll() is None:

@@ -39,6 +39,7 @@ import pytest
 
 from localpods import (
     E2E_VENV,
+    ENGINE_NICE,
     Network,
     Processes,
     get_text,
@@ -293,22 +294,24 @@ def _run(result: Run, processes: Processes, base: Path, models: Path) -> None:
     work = base / "pods"
 
     # 1. One plain engine: decode's script and flags without the KV connector, the reference.
+    clock = time.monotonic()
     pod, decode_plain = _engine(objects, roles["decode"], work / "plain", network)
     decode_plain.env["PATH"] = f"{_plain_engine_shim(base / 'plain-bin')}:{decode_plain.env['PATH']}"
-    plain = processes.run(decode_plain, "plain-engine")
+    plain = processes.run(decode_plain, "plain-engine", ENGINE_NICE)
     result.timings["plain_ready"] = wait_ready(plain, f"http://127.0.0.1:{PLAIN_PORT}/health", READY_TIMEOUT)
     result.reference, _ = completions(f"http://127.0.0.1:{PLAIN_PORT}", concurrent=False)
     plain_network = Network()
     plain_network.add("deepseek-pd-proxy.default.svc", 8080, PLAIN_PORT)
     result.bench_logs["plain engine"] = _bench(objects, base / "bench-plain", plain_network, processes)
     processes.stop(plain)
+    result.timings["plain_total"] = time.monotonic() - clock
 
     # 2. The PD pair, started by the chart's scripts, and the proxy in the vLLM-Ascend image's Python.
     clock = time.monotonic()
     engine_procs, pods = {}, []
     for name in ("prefill", "decode"):
         pod, prepared = _engine(objects, roles[name], work, network)
-        engine_procs[name] = (processes.run(prepared, pod.name), prepared, pod)
+        engine_procs[name] = (processes.run(prepared, pod.name, ENGINE_NICE), prepared, pod)
     for name, (proc, prepared, pod) in engine_procs.items():
         wait_ready(proc, prepared.probe_url, READY_TIMEOUT)
         pods.append(_pod_view(pod, roles[name]))
@@ -327,11 +330,16 @@ def _run(result: Run, processes: Processes, base: Path, models: Path) -> None:
             result.reference, result.outputs[mode], before, get_text(decode_metrics), result.prompt_tokens[mode]
         )
 
+    result.timings["pd_requests"] = time.monotonic() - clock - result.timings["pd_ready"]
+
     # 3. The helm test pod, verify's own collection and judgement, the benchmark Job.
+    clock = time.monotonic()
     spec, container = _spec(objects, "Pod", "deepseek-pd-test")
     result.helm_test = run_to_end(
         processes, prepare(objects, spec, container, work / "test", network), 300, "helm-test"
     )
+    result.timings["helm_test"] = time.monotonic() - clock
+    clock = time.monotonic()
     logs = {pod.name: proc.log for proc, _, pod in engine_procs.values()}
     core = LocalCore(pods, logs)
     modelserving = manifests.one(objects, "ModelServing")
@@ -349,20 +357,27 @@ def _run(result: Run, processes: Processes, base: Path, models: Path) -> None:
         read_metrics=lambda pod_name, port: get_text(f"http://127.0.0.1:{port}/metrics"),
     )
     result.verify_report = verify.assess(snapshot)
+    result.timings["verify"] = time.monotonic() - clock
+    clock = time.monotonic()
     result.bench_logs["PD (proxy)"] = _bench(objects, base / "bench-pd", network, processes)
     result.metrics_text = get_text(decode_metrics) + get_text(prefill_metrics)
 
+    result.timings["bench_pd"] = time.monotonic() - clock
+
     # 4. Negative control: prefill computes the KV cache with other weights (same shapes, same
     # path, so the NIXL handshake passes); decode keeps its own weights in memory.
+    clock = time.monotonic()
     prefill_proc, prefill_container, prefill_pod = engine_procs["prefill"]
     processes.stop(prefill_proc)
     weights = models / "tiny" / "model.safetensors"
     shutil.copy(base / "other-weights" / "model.safetensors", weights)
-    prefill_proc = processes.run(prefill_container, prefill_pod.name + "-other-weights")
+    prefill_proc = processes.run(prefill_container, prefill_pod.name + "-other-weights", ENGINE_NICE)
     wait_ready(prefill_proc, prefill_container.probe_url, READY_TIMEOUT)
     before = get_text(decode_metrics)
     outputs, tokens = completions(proxy_url, concurrent=False)
     result.negative = judge(result.reference, outputs, before, get_text(decode_metrics), tokens)
+
+    result.timings["negative_control"] = time.monotonic() - clock
 
     # 5. Decode pointed at a side channel where nothing listens: the transfer breaks.
     before = get_text(decode_metrics)
