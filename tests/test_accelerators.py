@@ -221,3 +221,37 @@ def test_download_program_fetches_once(render: Renderer, tmp_path: Path):
     assert (
         target / ".mooncake-pd-download"
     ).read_text() == "huggingface:deepseek-ai/DeepSeek-R1-Distill-Qwen-1.5B@main\n"
+
+
+def test_cpu_profile_is_nixl_in_host_memory_without_devices(render: Renderer, crds):
+    """The cpu profile (chart/ci/cpu-values.yaml): vLLM's CPU image, no device resources or
+    Ascend mounts, NixlConnector buffering in host memory, the CPU engine env from
+    accelerator.cpu, one NIXL side channel per DP rank on the kv ports."""
+    from mooncake_pd import paths
+
+    rendered = render((paths.CHART / "ci" / "cpu-values.yaml",))
+    assert_valid(rendered, crds)
+    for role, run in runs(rendered).items():
+        pod = rendered.role(role)["entryTemplate"]["spec"]
+        container = pod["containers"][0]
+        assert container["image"].endswith("/vllm-cpu-release-repo:v0.13.0")
+        assert not [k for k in container["resources"]["limits"] if "/" in k]
+        assert not {v["name"] for v in pod["volumes"]} & ASCEND_VOLUMES
+        env = run.run.env
+        assert env["VLLM_CPU_KVCACHE_SPACE"] == "4" and env["VLLM_CPU_OMP_THREADS_BIND"] == "auto"
+        assert env["VLLM_HOST_IP"] == env["VLLM_NIXL_SIDE_CHANNEL_HOST"] == engines.POD_IP
+        assert env["VLLM_NIXL_SIDE_CHANNEL_PORT"] == {"prefill": "18000", "decode": "18100"}[role]
+        assert not [k for k in env if k.startswith(("HCCL", "TP_SOCKET", "PYTORCH_NPU", "TASK_QUEUE"))]
+        kv = run.serve["flags"]["kv-transfer-config"]
+        assert kv["kv_connector"] == "NixlConnector" and kv["kv_buffer_device"] == "cpu"
+        assert kv["kv_role"] == "kv_both"
+        assert "gpu-memory-utilization" not in run.serve["flags"]
+    # The KV cache size follows the values, and a memory limit must leave room for it.
+    bigger = render(
+        (paths.CHART / "ci" / "cpu-values.yaml",),
+        {
+            "accelerator.cpu.kvCacheSpaceGiB": 9,
+            "decode.resources": {"requests": {"memory": "12Gi"}, "limits": {"memory": "16Gi"}},
+        },
+    )
+    assert {r.run.env["VLLM_CPU_KVCACHE_SPACE"] for r in runs(bigger).values()} == {"9"}
