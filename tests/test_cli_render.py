@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -42,6 +43,22 @@ def test_render_refuses_bad_values_and_writes_nothing(tmp_path: Path):
     proc = cli("render", "--values", str(BAD), "--out", str(out))
     assert proc.returncode == 2
     assert "decode.port: ports 7100-7100 overlap prefill.port" in proc.stderr
+    assert not out.exists()
+
+
+def test_render_without_the_crds_says_so_in_one_line(tmp_path: Path):
+    out = tmp_path / "deploy.yaml"
+    proc = subprocess.run(
+        [sys.executable, "-m", "mooncake_pd", "render", "--out", str(out)],
+        capture_output=True,
+        text=True,
+        cwd=paths.REPO,
+        env={**os.environ, "KTHENA_CRDS_DIR": str(tmp_path / "no-crds")},
+    )
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.strip().splitlines() == [
+        f"mooncake-pd: CRDs not found at {tmp_path / 'no-crds'} (KTHENA_CRDS_DIR must name a folder of CRD files)"
+    ]
     assert not out.exists()
 
 

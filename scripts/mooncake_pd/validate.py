@@ -30,7 +30,7 @@ if not hasattr(kubernetes_validate.utils.schema_contents, "cache_info"):
     kubernetes_validate.utils.schema_contents = cache(kubernetes_validate.utils.schema_contents)
 
 
-class CrdsMissing(RuntimeError):
+class CrdsMissing(paths.Missing):
     """The Kthena CRD folder is absent."""
 
 

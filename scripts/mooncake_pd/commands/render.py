@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from mooncake_pd import engines, helm, manifests, paths, summary, validate, values_file, vllmflags
+from mooncake_pd import engines, helm, manifests, paths, summary, values_file, vllmflags
 
 
 def _helm_origin(binary: Path) -> str:
@@ -17,6 +17,10 @@ def _helm_origin(binary: Path) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    # Imported here: the validators (jsonschema, kubernetes-validate, CEL) take half a second to
+    # import, which every other command would pay at start.
+    from mooncake_pd import validate
+
     chart = paths.chart_dir(args.chart)
     binary = paths.require_helm(args.helm)
     helm_version = helm.check_supported(binary)
