@@ -198,3 +198,12 @@ def test_notes_give_the_verify_command_helm_test_and_whole_logs():
         assert re.search(r"get pods -o name -l modelserving\.volcano\.sh/name=demo,", line)
     kthena = _notes("--set", "router.type=kthena", "--set", "decode.port=7100")
     assert "mooncake-pd verify --release demo --namespace llm --url http://127.0.0.1:8080" in kthena
+
+
+def test_notes_show_the_replicas_the_autoscaler_owns():
+    fixed = _notes()
+    assert "prefill: 1 group(s) x 1 replica(s), TP 2 x DP 4" in fixed
+    preset = paths.VALUES_DIR / "deepseek-r1-distill-qwen-7b-a3-1p1d-kthena-autoscaling-cost-first.yaml"
+    scaled = _notes("-f", str(preset))
+    lines = [line.strip() for line in scaled.splitlines() if "replica(s)" in line]
+    assert len(lines) == 2 and all(re.search(r"x \d+-\d+ replica\(s\) \(autoscaled\)", line) for line in lines), lines
