@@ -306,3 +306,53 @@ def test_restart_posts_the_same_spec_under_a_new_name_without_the_old_runs_selec
     assert body["spec"].selector is None
     assert body["spec"].template.metadata.labels == {"app.kubernetes.io/component": "benchmark"}
     assert body["metadata"]["labels"] == old.metadata.labels
+
+
+def _selects(selector: dict, labels: dict) -> bool:
+    """A label selector (matchLabels, matchExpressions with In) against a pod's labels."""
+    if any(labels.get(k) != v for k, v in selector.get("matchLabels", {}).items()):
+        return False
+    return all(labels.get(e["key"]) in e["values"] for e in selector.get("matchExpressions", []))
+
+
+def test_job_lands_beside_an_engine_where_the_model_is_on_the_node(render: Renderer):
+    """With a hostPath model the tokenizer is on the engines' nodes only: the Job's default
+    placement is beside an engine pod of this release; a tokenizer, nodeSelector or affinity of
+    the user's, or a model on a claim, leaves placement to them."""
+    rendered = render(overrides=ON)
+    pod = job(rendered)["spec"]["template"]["spec"]
+    (term,) = pod["affinity"]["podAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    assert term["topologyKey"] == "kubernetes.io/hostname"
+    entry_labels = {role: rendered.role(role)["entryTemplate"]["metadata"]["labels"] for role in ("prefill", "decode")}
+    assert all(_selects(term["labelSelector"], labels) for labels in entry_labels.values())
+    proxy = rendered.one("Deployment")["spec"]["template"]["metadata"]["labels"]
+    assert not _selects(term["labelSelector"], proxy), "the proxy may run on a node without the model"
+    own = {"nodeSelector": {"llm": "yes"}}
+    for overrides in (
+        {"benchmark": {"enabled": True, "tokenizer": "deepseek-ai/DeepSeek-R1-Distill-Qwen-1.5B"}},
+        {"benchmark": {"enabled": True, **own}},
+        {"benchmark": {"enabled": True}, "model": {"storage": {"type": "pvc", "claimName": "models"}}},
+    ):
+        placed = job(render(overrides=overrides))["spec"]["template"]["spec"]
+        assert "affinity" not in placed, overrides
+    assert job(render(overrides={"benchmark": {"enabled": True, **own}}))["spec"]["template"]["spec"][
+        "nodeSelector"
+    ] == {"llm": "yes"}
+
+
+@pytest.mark.parametrize(
+    ("accelerator", "image"),
+    [
+        ("ascend-a3", "docker.io/vllm/vllm-openai:v0.13.0"),
+        ("ascend-a2", "docker.io/vllm/vllm-openai:v0.13.0"),
+        ("nvidia", "docker.io/vllm/vllm-openai:v0.13.0"),
+    ],
+)
+def test_job_runs_from_an_image_that_starts_without_an_npu(render: Renderer, accelerator: str, image: str):
+    """The vLLM-Ascend image cannot start `vllm` without an NPU (tests/test_conformance.py shows
+    it): on Ascend the client runs from vLLM's own image of the same version."""
+    overrides = {"accelerator": {"type": accelerator}, **ON}
+    if accelerator == "nvidia":
+        overrides["decode"] = {"args": {"additional-config": None}}
+    container = job(render(overrides=overrides))["spec"]["template"]["spec"]["containers"][0]
+    assert container["image"] == image
