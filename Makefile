@@ -20,7 +20,7 @@ CHECKOV_STAMP := .tools/checkov/.installed
 E2E_STAMP := .tools/e2e/.installed .tools/ascend-overlay/.installed
 CHART_VERSION = $(shell sed -n 's/^version: *//p' chart/Chart.yaml)
 
-.PHONY: help tools helm render test unit e2e e2e-venv conformance fuzz golden schema docs lint package clean
+.PHONY: help tools helm render test unit e2e e2e-2p1d e2e-venv conformance fuzz golden schema docs lint package clean
 
 help: ## List the targets.
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -67,8 +67,11 @@ unit: $(TEST_STAMP) $(CHECKOV_STAMP) $(E2E_STAMP) helm ## Everything but the e2e
 
 e2e-venv: $(E2E_STAMP) ## Install the e2e venv and the vLLM-Ascend overlay (scripts/install-e2e.sh).
 
-e2e: $(TEST_STAMP) $(E2E_STAMP) helm ## Real vLLM CPU engines started by the chart's scripts exchange the KV cache over NIXL (logs: out/e2e/).
+e2e: $(TEST_STAMP) $(E2E_STAMP) helm ## Real vLLM CPU engines started by the chart's scripts exchange the KV cache over NIXL, 1P1D then 2P1D (logs: out/e2e/, out/e2e-2p1d/).
 	$(PY) -m pytest -m e2e
+
+e2e-2p1d: $(TEST_STAMP) $(E2E_STAMP) helm ## Only the e2e's 2P1D run: two prefill engines and one decode at their own loopback addresses.
+	$(PY) -m pytest -m e2e_2p1d
 
 conformance: $(TEST_STAMP) $(E2E_STAMP) helm ## Only the runtime-conformance checks: every client container's real command in its image's Python.
 	$(PY) -m pytest -m conformance

@@ -94,9 +94,15 @@ class Network:
 
     def __init__(self) -> None:
         self.ports: dict[tuple[str, int], int] = {}
+        self.addresses: dict[str, str] = {}
 
     def add(self, host: str, port: int, local_port: int) -> None:
         self.ports[(host, port)] = local_port
+
+    def add_address(self, host: str, address: str) -> None:
+        """A Service whose one pod has an address of its own (127.0.0.2, ...): several pods that
+        bind the same ports, as replicas on different nodes do, each behind its own address."""
+        self.addresses[host] = address
 
     def add_services(self, objects: list[Manifest]) -> None:
         """Every Service of the render: its ports lead to their target ports on 127.0.0.1 (the
@@ -112,14 +118,16 @@ class Network:
         def url(match: re.Match) -> str:
             host, port = match["host"].removesuffix(".cluster.local"), int(match["port"] or 80)
             local = self.ports.get((host, port))
-            return f"{match['scheme']}127.0.0.1:{local}" if local else match[0]
+            if not local:
+                return match[0]
+            return f"{match['scheme']}{self.addresses.get(host, '127.0.0.1')}:{local}"
 
         text = re.sub(
             r"(?P<scheme>https?://)(?P<host>[a-z0-9.-]+\.svc(?:\.cluster\.local)?)(?::(?P<port>\d+))?", url, text
         )
-        hosts = {host for host, _ in self.ports}
-        # Bare names (the proxy's --prefiller-hosts): the pod behind them is on 127.0.0.1.
-        return " ".join("127.0.0.1" if word in hosts else word for word in text.split(" "))
+        hosts = {host: self.addresses.get(host, "127.0.0.1") for host, _ in self.ports}
+        # Bare names (the proxy's --prefiller-hosts): the pod behind them, on 127.0.0.1 or its own address.
+        return " ".join(hosts.get(word, word) for word in text.split(" "))
 
 
 def _named_ports(objects: list[Manifest]) -> dict[str, int]:

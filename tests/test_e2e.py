@@ -24,13 +24,11 @@ are measured and written to out/e2e/summary.json (README, "End-to-end run"), not
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
 import tempfile
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -49,6 +47,14 @@ from localpods import (
     wait_ready,
 )
 from mooncake_pd import bench, engines, helm, manifests, paths, verify
+from pdcheck import (
+    MAX_TOKENS,
+    PROMPTS,
+    READY_TIMEOUT,
+    Memory,
+    completions,
+    judge,
+)
 
 pytestmark = pytest.mark.e2e
 
@@ -56,19 +62,6 @@ OUT = paths.REPO / "out" / "e2e"
 TESTS = Path(__file__).resolve().parent
 PRESET = paths.VALUES_DIR / "qwen2.5-0.5b-instruct-cpu-1p1d.yaml"
 E2E_VALUES = TESTS / "e2e" / "values.yaml"
-PROMPTS = [
-    "Hello, how are you?",
-    "The quick brown fox jumps over the lazy dog.",
-    "Tell me a story about a cat, a dog and a mouse.",
-    "What is the capital of France?",
-    "Prefill computes the KV cache of the prompt; decode",
-    "One two three four five six seven",
-    "Kubernetes schedules pods on nodes and Volcano",
-    "Mooncake and NIXL move the KV cache from",
-    "I am fine, thank you. And you?",
-    "Paris is the capital of France, and the capital of Italy is",
-]
-MAX_TOKENS = 16
 # What tells users which metrics to read: the dashboard, the chart's values and metric list, the
 # operations and autoscaling guides (not the research notes, which quote upstream's old names).
 METRIC_USERS = (
@@ -80,75 +73,7 @@ METRIC_USERS = (
     paths.REPO / "docs" / "operations.md",
     paths.REPO / "docs" / "autoscaling.md",
 )
-READY_TIMEOUT = 240.0
 PLAIN_PORT = 7199
-EXTERNAL_HITS, NIXL_TRANSFERS, NIXL_FAILED = verify.EXTERNAL_HITS, verify.NIXL_TRANSFERS, verify.NIXL_FAILED
-NIXL_BYTES = "vllm:nixl_bytes_transferred_sum"
-
-
-def complete(base: str, prompt: str) -> dict[str, Any]:
-    return post_json(
-        f"{base}/v1/completions", {"model": "tiny", "prompt": prompt, "max_tokens": MAX_TOKENS, "temperature": 0}
-    )
-
-
-def completions(base: str, concurrent: bool) -> tuple[list[str], int]:
-    """(texts, prompt tokens) of PROMPTS, sent one by one or four at a time."""
-    if concurrent:
-        with ThreadPoolExecutor(4) as pool:
-            answers = list(pool.map(lambda p: complete(base, p), PROMPTS))
-    else:
-        answers = [complete(base, p) for p in PROMPTS]
-    return [a["choices"][0]["text"] for a in answers], sum(a["usage"]["prompt_tokens"] for a in answers)
-
-
-def judge(reference: list[str], outputs: list[str], before: str, after: str, prompt_tokens: int) -> list[str]:
-    """What shows that decode did not use prefill's KV cache, or it came wrong; [] when proven."""
-
-    def delta(name: str) -> float:
-        return verify.metric_total(after, name) - verify.metric_total(before, name)
-
-    problems = []
-    differ = [i for i, (want, got) in enumerate(zip(reference, outputs, strict=True)) if want != got]
-    if differ:
-        problems.append(f"{len(differ)} of {len(reference)} outputs differ from the plain engine's (prompts {differ})")
-    if delta(EXTERNAL_HITS) < prompt_tokens:
-        problems.append(f"{EXTERNAL_HITS} rose by {delta(EXTERNAL_HITS):g}, not by the {prompt_tokens} prompt tokens")
-    if delta(NIXL_TRANSFERS) < len(reference):
-        problems.append(f"{NIXL_TRANSFERS} rose by {delta(NIXL_TRANSFERS):g} for {len(reference)} requests")
-    if delta(NIXL_BYTES) <= 0:
-        problems.append(f"{NIXL_BYTES} did not rise")
-    if delta(NIXL_FAILED) != 0:
-        problems.append(f"{NIXL_FAILED} rose by {delta(NIXL_FAILED):g}")
-    return problems
-
-
-@dataclass
-class Memory:
-    """Peak resident memory of every process the test started (all their process groups)."""
-
-    processes: Processes
-    peak: int = 0
-    stop: threading.Event = field(default_factory=threading.Event)
-
-    def sample(self) -> int:
-        groups = {p.popen.pid for p in list(self.processes.running)}
-        total = 0
-        for entry in Path("/proc").iterdir():
-            if not entry.name.isdigit():
-                continue
-            try:
-                stat = (entry / "stat").read_text()
-                pgid = int(stat.rsplit(")", 1)[1].split()[2])
-                if pgid in groups:
-                    total += int((entry / "statm").read_text().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-            except (OSError, ValueError, IndexError):
-                continue
-        return total
-
-    def run(self) -> None:
-        while not self.stop.wait(2):
-            self.peak = max(self.peak, self.sample())
 
 
 @dataclass

@@ -1,0 +1,183 @@
+"""One 2P1D topology for real (part of `make e2e`, hence `make test`; alone: `make e2e-2p1d`).
+
+The cpu preset with `prefill.replicas: 2` is rendered and its three engine pods run as processes,
+each at its own loopback address (127.0.0.2-4, as replicas on three nodes would be) with the
+same ports, started by the rendered scripts with the env their pods get, preflight included.
+The rendered proxy, given the per-replica Services' names, sends each request to a prefill
+engine and then to decode. The proof, as in tests/test_e2e.py: greedy output through the proxy
+equals the decode engine's own (a request without KV parameters is computed there), and
+decode's metrics count a NIXL transfer and the prompt tokens as external hits for every
+request; both prefill engines computed prompts, so the KV cache came from each of them.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from localpods import (
+    E2E_VENV,
+    ENGINE_NICE,
+    Container,
+    Network,
+    Processes,
+    get_text,
+    prepare,
+    run_to_end,
+    wait_ready,
+)
+from mooncake_pd import engines, helm, manifests, paths, verify
+from pdcheck import PROMPTS, READY_TIMEOUT, Memory, complete, completions, judge
+
+pytestmark = [pytest.mark.e2e, pytest.mark.e2e_2p1d]
+
+OUT = paths.REPO / "out" / "e2e-2p1d"
+TESTS = Path(__file__).resolve().parent
+PRESET = paths.VALUES_DIR / "qwen2.5-0.5b-instruct-cpu-1p1d.yaml"
+E2E_VALUES = TESTS / "e2e" / "values.yaml"
+# (role, replica) -> the pod's address: every pod binds the same ports, as on separate nodes.
+PODS = {("prefill", 0): "127.0.0.2", ("prefill", 1): "127.0.0.3", ("decode", 0): "127.0.0.4"}
+PROXY = "http://127.0.0.1:8080"
+PROMPT_TOKENS = "vllm:prompt_tokens_total"
+
+
+@dataclass
+class Topology:
+    reference: list[str] = field(default_factory=list)
+    problems: dict[str, list[str]] = field(default_factory=dict)
+    prompt_tokens: int = 0
+    prefill_prompt_tokens: dict[str, float] = field(default_factory=dict)
+    proxy_args: list[str] = field(default_factory=list)
+    timings: dict[str, float] = field(default_factory=dict)
+    peak_rss: int = 0
+
+
+def _metrics(role: dict[str, Any], address: str) -> str:
+    return f"http://{address}:{role['entryTemplate']['spec']['containers'][0]['ports'][0]['containerPort']}/metrics"
+
+
+@pytest.fixture(scope="module")
+def topology() -> Topology:
+    if not (E2E_VENV / ".installed").exists():
+        pytest.fail(f"the e2e venv is missing ({E2E_VENV}): run `make e2e-venv`")
+    shutil.rmtree(OUT, ignore_errors=True)
+    OUT.mkdir(parents=True)
+    started = time.monotonic()
+    base = Path(tempfile.mkdtemp(prefix="mooncake-pd-2p1d-", dir="/var/tmp"))
+    base.chmod(0o755)
+    result = Topology()
+    processes = Processes(OUT / "logs")
+    memory = Memory(processes)
+    sampler = threading.Thread(target=memory.run, daemon=True)
+    sampler.start()
+    try:
+        _run(result, processes, base)
+    finally:
+        processes.close()
+        memory.stop.set()
+        sampler.join(timeout=5)
+        result.peak_rss = memory.peak
+        result.timings["wall"] = time.monotonic() - started
+        summary = {
+            "timings_s": {k: round(v, 1) for k, v in result.timings.items()},
+            "peak_rss_gib": round(result.peak_rss / 2**30, 2),
+            "prefill_prompt_tokens": result.prefill_prompt_tokens,
+        }
+        (OUT / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+        shutil.rmtree(base, ignore_errors=True)
+    return result
+
+
+def _run(result: Topology, processes: Processes, base: Path) -> None:
+    models = base / "models"
+    made = run_to_end(
+        processes,
+        Container(
+            "tiny-model",
+            [
+                str(E2E_VENV / "bin" / "python3"),
+                str(TESTS / "e2e" / "tiny_model.py"),
+                str(models / "tiny"),
+                str(base / "other"),
+            ],
+            {"PATH": "/usr/bin:/bin", "HOME": str(base)},
+            base,
+            None,
+        ),
+        timeout=120,
+    )
+    assert made[0] == 0, made[1][-3000:]
+    where = {"model.path": str(models / "tiny"), "model.storage.mountPath": str(models)}
+    where.update({"model.storage.hostPath": str(models), "prefill.replicas": 2})
+    objects = manifests.parse(helm.template(paths.helm_binary(), (PRESET, E2E_VALUES), where))
+    roles = {r["name"]: r for r in manifests.one(objects, "ModelServing")["spec"]["template"]["roles"]}
+    network = Network()
+    network.add_services(objects)
+    for (role, replica), address in PODS.items():
+        network.add_address(f"deepseek-pd-0-{role}-{replica}.default.svc", address)
+
+    clock = time.monotonic()
+    running = []
+    for (role, replica), address in PODS.items():
+        template = roles[role]["entryTemplate"]
+        container = template["spec"]["containers"][0]
+        pod = engines.PodIdentity("deepseek-pd", 0, role, replica, ip=address)
+        env = {**engines.container_env(container, pod), "PYTHONUNBUFFERED": "1"}
+        prepared = prepare(objects, template["spec"], container, base / "pods" / pod.name, network, env_base=env)
+        prepared.probe_url = prepared.probe_url.replace("127.0.0.1", address)
+        running.append((processes.run(prepared, pod.name, ENGINE_NICE), prepared))
+    for proc, prepared in running:
+        wait_ready(proc, prepared.probe_url, READY_TIMEOUT)
+    result.timings["engines_ready"] = time.monotonic() - clock
+
+    deployment = manifests.one(objects, "Deployment", "deepseek-pd-proxy")
+    spec = deployment["spec"]["template"]["spec"]
+    proxy = prepare(objects, spec, spec["containers"][0], base / "pods" / "proxy", network)
+    result.proxy_args = proxy.argv
+    proxy_proc = processes.run(proxy, "proxy")
+    wait_ready(proxy_proc, proxy.probe_url, 120)
+
+    decode = _metrics(roles["decode"], PODS[("decode", 0)])
+    decode_url = decode.removesuffix("/metrics")
+    # The reference: decode computes a request without KV parameters itself (prefix caching is
+    # off in the preset, so nothing of it is reused below).
+    result.reference = [complete(decode_url, prompt)["choices"][0]["text"] for prompt in PROMPTS]
+    prefills = {f"prefill-{r}": _metrics(roles["prefill"], PODS[("prefill", r)]) for r in (0, 1)}
+    before_prompts = {name: verify.metric_total(get_text(url), PROMPT_TOKENS) for name, url in prefills.items()}
+    clock = time.monotonic()
+    for mode in ("sequential", "concurrent"):
+        before = get_text(decode)
+        outputs, tokens = completions(PROXY, concurrent=mode == "concurrent")
+        result.prompt_tokens += tokens
+        result.problems[mode] = judge(result.reference, outputs, before, get_text(decode), tokens)
+    result.timings["requests"] = time.monotonic() - clock
+    result.prefill_prompt_tokens = {
+        name: verify.metric_total(get_text(url), PROMPT_TOKENS) - before_prompts[name] for name, url in prefills.items()
+    }
+
+
+def test_the_proxy_is_given_both_prefill_replicas(topology: Topology):
+    args = topology.proxy_args
+    hosts = args[args.index("--prefiller-hosts") + 1 : args.index("--prefiller-ports")]
+    assert hosts == [PODS[("prefill", 0)], PODS[("prefill", 1)]]
+
+
+@pytest.mark.parametrize("mode", ["sequential", "concurrent"])
+def test_output_through_either_prefill_equals_decode_alone_and_decode_used_the_transfer(topology: Topology, mode: str):
+    assert len(set(topology.reference)) > 1, "the engine answers every prompt alike: the model proves nothing"
+    assert topology.problems[mode] == [], topology.problems[mode]
+
+
+def test_both_prefill_engines_computed_prompts(topology: Topology):
+    """Every prompt was prefilled by one of the two engines, and each of them took some."""
+    counted = topology.prefill_prompt_tokens
+    assert sum(counted.values()) == topology.prompt_tokens, (counted, topology.prompt_tokens)
+    assert all(tokens > 0 for tokens in counted.values()), counted
