@@ -23,7 +23,7 @@ CHART_VERSION = $(shell sed -n 's/^version: *//p' chart/Chart.yaml)
 .PHONY: help tools helm render test unit e2e e2e-2p1d e2e-venv conformance fuzz golden schema docs lint package clean
 
 help: ## List the targets.
-	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
+	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
 
 $(STAMP): requirements.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)

@@ -4,15 +4,25 @@ peak memory of the processes a run started."""
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
+import tempfile
 import threading
+import time
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from localpods import Processes, post_json
+import pytest
+
+from localpods import E2E_VENV, Container, Processes, post_json, run_to_end
 from mooncake_pd import verify
+
+TINY_MODEL = Path(__file__).resolve().parent / "e2e" / "tiny_model.py"
 
 PROMPTS = [
     "Hello, how are you?",
@@ -95,3 +105,53 @@ class Memory:
     def run(self) -> None:
         while not self.stop.wait(2):
             self.peak = max(self.peak, self.sample())
+
+
+@dataclass
+class LocalRun:
+    """A run's processes and its folder for models and pod volumes (under /var/tmp, which the
+    containers' users can read); after it, its wall time and peak memory."""
+
+    processes: Processes
+    base: Path
+    wall: float = 0.0
+    peak_rss: int = 0
+
+
+@contextmanager
+def local_run(out: Path, prefix: str, summary: Callable[[LocalRun], dict[str, Any]]) -> Iterator[LocalRun]:
+    """`out` made afresh (logs/ and summary.json stay after the run); every process the run
+    started stopped on the way out, also on failure; summary(run) written to out/summary.json."""
+    missing = [p for p in (E2E_VENV / ".installed", E2E_VENV / "bin" / "vllm") if not p.exists()]
+    if missing:
+        pytest.fail(f"the e2e venv is missing ({missing[0]}): run `make e2e-venv`")
+    shutil.rmtree(out, ignore_errors=True)
+    out.mkdir(parents=True)
+    started = time.monotonic()
+    base = Path(tempfile.mkdtemp(prefix=prefix, dir="/var/tmp"))
+    base.chmod(0o755)
+    run = LocalRun(Processes(out / "logs"), base)
+    memory = Memory(run.processes)
+    sampler = threading.Thread(target=memory.run, daemon=True)
+    sampler.start()
+    try:
+        yield run
+    finally:
+        run.processes.close()
+        memory.stop.set()
+        sampler.join(timeout=5)
+        run.peak_rss = memory.peak
+        run.wall = time.monotonic() - started
+        (out / "summary.json").write_text(json.dumps(summary(run), indent=2) + "\n")
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def make_tiny_model(run: LocalRun, model: Path, other_weights: Path) -> None:
+    """The test's tiny model at `model`, and weights of the same shapes at `other_weights`,
+    readable by the containers' users (the benchmark Job's 65534 reads the tokenizer)."""
+    argv = [str(E2E_VENV / "bin" / "python3"), str(TINY_MODEL), str(model), str(other_weights)]
+    command = Container("tiny-model", argv, {"PATH": "/usr/bin:/bin", "HOME": str(run.base)}, run.base, None)
+    code, output = run_to_end(run.processes, command, timeout=120)
+    assert code == 0, output[-3000:]
+    for path in run.base.rglob("*"):
+        path.chmod(0o755 if path.is_dir() else 0o644)

@@ -23,11 +23,8 @@ are measured and written to out/e2e/summary.json (README, "End-to-end run"), not
 
 from __future__ import annotations
 
-import json
 import re
 import shutil
-import tempfile
-import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -51,9 +48,11 @@ from pdcheck import (
     MAX_TOKENS,
     PROMPTS,
     READY_TIMEOUT,
-    Memory,
+    LocalRun,
     completions,
     judge,
+    local_run,
+    make_tiny_model,
 )
 
 pytestmark = pytest.mark.e2e
@@ -163,53 +162,20 @@ def _spec(objects, kind: str, name: str) -> tuple[dict[str, Any], dict[str, Any]
 
 @pytest.fixture(scope="module")
 def e2e() -> Run:
-    missing = [p for p in (E2E_VENV / ".installed", E2E_VENV / "bin" / "vllm") if not p.exists()]
-    if missing:
-        pytest.fail(f"the e2e venv is missing ({missing[0]}): run `make e2e-venv`")
-    if OUT.exists():
-        shutil.rmtree(OUT)
-    OUT.mkdir(parents=True)
-    started = time.monotonic()
-    base = Path(tempfile.mkdtemp(prefix="mooncake-pd-e2e-", dir="/var/tmp"))
-    base.chmod(0o755)
-    models = base / "models"
     result = Run()
-    processes = Processes(OUT / "logs")
-    memory = Memory(processes)
-    sampler = threading.Thread(target=memory.run, daemon=True)
-    sampler.start()
-    try:
-        _run(result, processes, base, models)
-    finally:
-        processes.close()
-        memory.stop.set()
-        sampler.join(timeout=5)
-        result.peak_rss = memory.peak
-        result.timings["wall"] = time.monotonic() - started
-        (OUT / "summary.json").write_text(json.dumps(_summary(result), indent=2) + "\n")
-        shutil.rmtree(base, ignore_errors=True)
+
+    def summary(run: LocalRun) -> dict[str, Any]:
+        result.peak_rss, result.timings["wall"] = run.peak_rss, run.wall
+        return _summary(result)
+
+    with local_run(OUT, "mooncake-pd-e2e-", summary) as run:
+        _run(result, run.processes, run.base, run.base / "models")
     return result
 
 
 def _run(result: Run, processes: Processes, base: Path, models: Path) -> None:
     clock = time.monotonic()
-    made = run_to_end(
-        processes,
-        _local_command(
-            [
-                str(E2E_VENV / "bin" / "python3"),
-                str(TESTS / "e2e" / "tiny_model.py"),
-                str(models / "tiny"),
-                str(base / "other-weights"),
-            ],
-            base,
-        ),
-        timeout=120,
-        name="tiny-model",
-    )
-    assert made[0] == 0, made[1][-3000:]
-    for path in base.rglob("*"):
-        path.chmod(0o755 if path.is_dir() else 0o644)  # the Job's user (65534) reads the tokenizer
+    make_tiny_model(LocalRun(processes, base), models / "tiny", base / "other-weights")
     result.timings["model"] = time.monotonic() - clock
 
     objects = _render(models)
@@ -360,12 +326,6 @@ def _pod_view(pod: engines.PodIdentity, role: dict[str, Any]) -> dict[str, Any]:
         "spec": {"containers": [{"name": role["name"]}]},
         "status": {"conditions": [{"type": "Ready", "status": "True"}], "container_statuses": []},
     }
-
-
-def _local_command(argv: list[str], cwd: Path):
-    from localpods import Container
-
-    return Container("command", argv, {"PATH": "/usr/bin:/bin", "HOME": str(cwd)}, cwd, None)
 
 
 def _bench(objects, workdir: Path, network: Network, processes: Processes) -> tuple[int, str]:

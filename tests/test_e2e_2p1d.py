@@ -12,10 +12,6 @@ request; both prefill engines computed prompts, so the KV cache came from each o
 
 from __future__ import annotations
 
-import json
-import shutil
-import tempfile
-import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,18 +20,14 @@ from typing import Any
 import pytest
 
 from localpods import (
-    E2E_VENV,
     ENGINE_NICE,
-    Container,
     Network,
-    Processes,
     get_text,
     prepare,
-    run_to_end,
     wait_ready,
 )
 from mooncake_pd import engines, helm, manifests, paths, verify
-from pdcheck import PROMPTS, READY_TIMEOUT, Memory, complete, completions, judge
+from pdcheck import PROMPTS, READY_TIMEOUT, LocalRun, complete, completions, judge, local_run, make_tiny_model
 
 pytestmark = [pytest.mark.e2e, pytest.mark.e2e_2p1d]
 
@@ -66,55 +58,25 @@ def _metrics(role: dict[str, Any], address: str) -> str:
 
 @pytest.fixture(scope="module")
 def topology() -> Topology:
-    if not (E2E_VENV / ".installed").exists():
-        pytest.fail(f"the e2e venv is missing ({E2E_VENV}): run `make e2e-venv`")
-    shutil.rmtree(OUT, ignore_errors=True)
-    OUT.mkdir(parents=True)
-    started = time.monotonic()
-    base = Path(tempfile.mkdtemp(prefix="mooncake-pd-2p1d-", dir="/var/tmp"))
-    base.chmod(0o755)
     result = Topology()
-    processes = Processes(OUT / "logs")
-    memory = Memory(processes)
-    sampler = threading.Thread(target=memory.run, daemon=True)
-    sampler.start()
-    try:
-        _run(result, processes, base)
-    finally:
-        processes.close()
-        memory.stop.set()
-        sampler.join(timeout=5)
-        result.peak_rss = memory.peak
-        result.timings["wall"] = time.monotonic() - started
-        summary = {
+
+    def summary(run: LocalRun) -> dict[str, Any]:
+        result.peak_rss, result.timings["wall"] = run.peak_rss, run.wall
+        return {
             "timings_s": {k: round(v, 1) for k, v in result.timings.items()},
             "peak_rss_gib": round(result.peak_rss / 2**30, 2),
             "prefill_prompt_tokens": result.prefill_prompt_tokens,
         }
-        (OUT / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
-        shutil.rmtree(base, ignore_errors=True)
+
+    with local_run(OUT, "mooncake-pd-2p1d-", summary) as run:
+        _run(result, run)
     return result
 
 
-def _run(result: Topology, processes: Processes, base: Path) -> None:
+def _run(result: Topology, run: LocalRun) -> None:
+    processes, base = run.processes, run.base
     models = base / "models"
-    made = run_to_end(
-        processes,
-        Container(
-            "tiny-model",
-            [
-                str(E2E_VENV / "bin" / "python3"),
-                str(TESTS / "e2e" / "tiny_model.py"),
-                str(models / "tiny"),
-                str(base / "other"),
-            ],
-            {"PATH": "/usr/bin:/bin", "HOME": str(base)},
-            base,
-            None,
-        ),
-        timeout=120,
-    )
-    assert made[0] == 0, made[1][-3000:]
+    make_tiny_model(run, models / "tiny", base / "other")
     where = {"model.path": str(models / "tiny"), "model.storage.mountPath": str(models)}
     where.update({"model.storage.hostPath": str(models), "prefill.replicas": 2})
     objects = manifests.parse(helm.template(paths.helm_binary(), (PRESET, E2E_VALUES), where))

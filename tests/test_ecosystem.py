@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -192,3 +193,13 @@ def test_e2e_pins_are_installable_names():
     assert not [n for n, v in pins.items() if v.startswith("0.0.0")], "a local build's version (0.0.0)"
     nodeps = (paths.REPO / "requirements-e2e-nodeps.txt").read_text()
     assert "\nvllm-cpu==0.13.0\n" in nodeps
+
+
+def test_make_help_lists_every_documented_target():
+    """Each target with a `## ` description is in `make help` (the e2e ones have digits)."""
+    makefile = (paths.REPO / "Makefile").read_text()
+    documented = re.findall(r"^([A-Za-z0-9_.-]+):.*## ", makefile, flags=re.M)
+    shown = subprocess.run(["make", "-s", "help"], cwd=paths.REPO, capture_output=True, text=True, check=True).stdout
+    listed = re.findall(r"^  make (\S+)", shown, flags=re.M)
+    assert listed == documented
+    assert {"e2e", "e2e-2p1d", "e2e-venv"} <= set(listed)
