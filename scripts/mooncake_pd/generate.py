@@ -137,14 +137,12 @@ def derived(
     them. hbm_gib overrides the accelerator's device memory (NVIDIA GPUs differ). head_dim is
     written only with fixed_head_dim (where config.json is not read at start): otherwise the
     preflight derives it from the mounted model, and a fixed one is removed."""
-    accelerator = ACCELERATORS.get(effective["accelerator"]["type"])
-    if effective["accelerator"]["type"] in HAND_WRITTEN:
-        kind = effective["accelerator"]["type"]
+    kind = effective["accelerator"]["type"]
+    if kind in HAND_WRITTEN:
         raise GenerateError(f"accelerator.type {kind!r}: {HAND_WRITTEN[kind]}")
+    accelerator = ACCELERATORS.get(kind)
     if accelerator is None:
-        raise GenerateError(
-            f"accelerator.type {effective['accelerator']['type']!r}: use one of {', '.join(ACCELERATORS)}"
-        )
+        raise GenerateError(f"accelerator.type {kind!r}: use one of {', '.join(ACCELERATORS)}")
     hbm = hbm_gib or accelerator.hbm_gib
     notes: list[str] = []
     max_model_len = int(effective["model"]["maxModelLen"])
