@@ -173,10 +173,12 @@ def prepare(
     network: Network,
     env_base: dict[str, str] | None = None,
     host_paths: dict[str, Path] | None = None,
+    address: str = "127.0.0.1",
 ) -> Container:
     """Lay out `container`'s volumes under `workdir` and translate its command and env.
     `host_paths`: the node's folders where they are not the host's own (a hostPath volume's
-    path -> a local folder), e.g. a stand-in model folder."""
+    path -> a local folder), e.g. a stand-in model folder. `address`: the pod's, where its
+    readiness probe goes (a probe without a host asks the pod IP)."""
     workdir.mkdir(parents=True, exist_ok=True)
     mounts = _mounts(objects, spec, container, workdir, host_paths or {})
     image = container["image"]
@@ -207,17 +209,17 @@ def prepare(
     context = {**(spec.get("securityContext") or {}), **(container.get("securityContext") or {})}
     user = (context["runAsUser"], context.get("runAsGroup", context["runAsUser"])) if "runAsUser" in context else None
     cwd = Path(translate(container["workingDir"])) if container.get("workingDir") else workdir
-    return Container(container["name"], argv, env, cwd, user, _probe_url(container), mounts)
+    return Container(container["name"], argv, env, cwd, user, _probe_url(container, address), mounts)
 
 
-def _probe_url(container: dict[str, Any]) -> str | None:
+def _probe_url(container: dict[str, Any], address: str) -> str | None:
     probe = (container.get("readinessProbe") or {}).get("httpGet")
     if not probe:
         return None
     port = probe["port"]
     if isinstance(port, str):
         port = next(p["containerPort"] for p in container["ports"] if p.get("name") == port)
-    return f"http://127.0.0.1:{port}{probe.get('path', '/')}"
+    return f"http://{address}:{port}{probe.get('path', '/')}"
 
 
 def _mounts(

@@ -19,10 +19,12 @@ from typing import Any
 
 import pytest
 
-from localpods import E2E_VENV, Container, Processes, post_json, run_to_end
-from mooncake_pd import verify
+from localpods import E2E_VENV, Container, Network, Processes, post_json, prepare, run_to_end
+from mooncake_pd import engines, helm, manifests, paths, verify
 
 TINY_MODEL = Path(__file__).resolve().parent / "e2e" / "tiny_model.py"
+PRESET = paths.VALUES_DIR / "qwen2.5-0.5b-instruct-cpu-1p1d.yaml"
+E2E_VALUES = Path(__file__).resolve().parent / "e2e" / "values.yaml"
 
 PROMPTS = [
     "Hello, how are you?",
@@ -155,3 +157,34 @@ def make_tiny_model(run: LocalRun, model: Path, other_weights: Path) -> None:
     assert code == 0, output[-3000:]
     for path in run.base.rglob("*"):
         path.chmod(0o755 if path.is_dir() else 0o644)
+
+
+def render(models: Path, values: dict[str, Any] | None = None) -> list[manifests.Manifest]:
+    """The cpu preset under tests/e2e/values.yaml, for the tiny model in `models`, with `values`
+    (dotted keys) on top."""
+    where = {"model.path": str(models / "tiny"), "model.storage.mountPath": str(models)}
+    where.update({"model.storage.hostPath": str(models), **(values or {})})
+    return manifests.parse(helm.template(paths.helm_binary(), (PRESET, E2E_VALUES), where))
+
+
+def engine(
+    objects: list[manifests.Manifest],
+    role: dict[str, Any],
+    workdir: Path,
+    network: Network,
+    replica: int = 0,
+    address: str = "127.0.0.1",
+) -> tuple[engines.PodIdentity, Container]:
+    """A role's entry pod (replica `replica` at `address`), ready to run with the env Kthena and
+    the chart give it."""
+    template = role["entryTemplate"]
+    container = template["spec"]["containers"][0]
+    pod = engines.PodIdentity("deepseek-pd", 0, role["name"], replica, ip=address)
+    env = {**engines.container_env(container, pod), "PYTHONUNBUFFERED": "1"}
+    prepared = prepare(objects, template["spec"], container, workdir / pod.name, network, env_base=env, address=address)
+    return pod, prepared
+
+
+def metrics_url(role: dict[str, Any], address: str = "127.0.0.1") -> str:
+    ports = role["entryTemplate"]["spec"]["containers"][0]["ports"]
+    return f"http://{address}:{next(p['containerPort'] for p in ports if p['name'] == 'server')}/metrics"

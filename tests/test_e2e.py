@@ -43,24 +43,24 @@ from localpods import (
     run_to_end,
     wait_ready,
 )
-from mooncake_pd import bench, engines, helm, manifests, paths, verify
+from mooncake_pd import bench, engines, manifests, paths, verify
 from pdcheck import (
     MAX_TOKENS,
     PROMPTS,
     READY_TIMEOUT,
     LocalRun,
     completions,
+    engine,
     judge,
     local_run,
     make_tiny_model,
+    metrics_url,
+    render,
 )
 
 pytestmark = pytest.mark.e2e
 
 OUT = paths.REPO / "out" / "e2e"
-TESTS = Path(__file__).resolve().parent
-PRESET = paths.VALUES_DIR / "qwen2.5-0.5b-instruct-cpu-1p1d.yaml"
-E2E_VALUES = TESTS / "e2e" / "values.yaml"
 # What tells users which metrics to read: the dashboard, the chart's values and metric list, the
 # operations and autoscaling guides (not the research notes, which quote upstream's old names).
 METRIC_USERS = (
@@ -113,15 +113,6 @@ class Run:
     peak_rss: int = 0
 
 
-def _engine(objects, role: dict[str, Any], workdir: Path, network: Network):
-    template = role["entryTemplate"]
-    container = template["spec"]["containers"][0]
-    pod = engines.PodIdentity("deepseek-pd", 0, role["name"], 0, ip="127.0.0.1")
-    env = {**engines.container_env(container, pod), "PYTHONUNBUFFERED": "1"}
-    prepared = prepare(objects, template["spec"], container, workdir / pod.name, network, env_base=env)
-    return pod, prepared
-
-
 def _plain_engine_shim(folder: Path) -> Path:
     """A `vllm` first on PATH that runs the real one with the script's flags minus the KV
     connector and on PLAIN_PORT: the decode engine's exact flags, without PD."""
@@ -147,13 +138,6 @@ os.execv("{E2E_VENV / "bin" / "vllm"}", ["vllm", *out])
     return folder
 
 
-def _render(models: Path) -> list[dict[str, Any]]:
-    where = {"model.path": str(models / "tiny"), "model.storage.mountPath": str(models)}
-    where["model.storage.hostPath"] = str(models)
-    text = helm.template(paths.helm_binary(), (PRESET, E2E_VALUES), where)
-    return manifests.parse(text)
-
-
 def _spec(objects, kind: str, name: str) -> tuple[dict[str, Any], dict[str, Any]]:
     obj = manifests.one(objects, kind, name)
     spec = obj["spec"] if kind == "Pod" else obj["spec"]["template"]["spec"]
@@ -169,16 +153,18 @@ def e2e() -> Run:
         return _summary(result)
 
     with local_run(OUT, "mooncake-pd-e2e-", summary) as run:
-        _run(result, run.processes, run.base, run.base / "models")
+        _run(result, run)
     return result
 
 
-def _run(result: Run, processes: Processes, base: Path, models: Path) -> None:
+def _run(result: Run, run: LocalRun) -> None:
+    processes, base = run.processes, run.base
+    models = base / "models"
     clock = time.monotonic()
-    make_tiny_model(LocalRun(processes, base), models / "tiny", base / "other-weights")
+    make_tiny_model(run, models / "tiny", base / "other-weights")
     result.timings["model"] = time.monotonic() - clock
 
-    objects = _render(models)
+    objects = render(models)
     roles = {r["name"]: r for r in manifests.one(objects, "ModelServing")["spec"]["template"]["roles"]}
     network = Network()
     network.add_services(objects)
@@ -186,7 +172,7 @@ def _run(result: Run, processes: Processes, base: Path, models: Path) -> None:
 
     # 1. One plain engine: decode's script and flags without the KV connector, the reference.
     clock = time.monotonic()
-    pod, decode_plain = _engine(objects, roles["decode"], work / "plain", network)
+    pod, decode_plain = engine(objects, roles["decode"], work / "plain", network)
     decode_plain.env["PATH"] = f"{_plain_engine_shim(base / 'plain-bin')}:{decode_plain.env['PATH']}"
     plain = processes.run(decode_plain, "plain-engine", ENGINE_NICE)
     result.timings["plain_ready"] = wait_ready(plain, f"http://127.0.0.1:{PLAIN_PORT}/health", READY_TIMEOUT)
@@ -201,7 +187,7 @@ def _run(result: Run, processes: Processes, base: Path, models: Path) -> None:
     clock = time.monotonic()
     engine_procs, pods = {}, []
     for name in ("prefill", "decode"):
-        pod, prepared = _engine(objects, roles[name], work, network)
+        pod, prepared = engine(objects, roles[name], work, network)
         engine_procs[name] = (processes.run(prepared, pod.name, ENGINE_NICE), prepared, pod)
     for name, (proc, prepared, pod) in engine_procs.items():
         wait_ready(proc, prepared.probe_url, READY_TIMEOUT)
@@ -212,7 +198,7 @@ def _run(result: Run, processes: Processes, base: Path, models: Path) -> None:
     proxy = processes.run(proxy_container, "proxy")
     wait_ready(proxy, proxy_container.probe_url, 120)
     proxy_url = "http://127.0.0.1:8080"
-    decode_metrics, prefill_metrics = (_metrics_url(roles[name]) for name in ("decode", "prefill"))
+    decode_metrics, prefill_metrics = (metrics_url(roles[name]) for name in ("decode", "prefill"))
 
     for mode in ("sequential", "concurrent"):
         before = get_text(decode_metrics)
@@ -303,11 +289,6 @@ def _run(result: Run, processes: Processes, base: Path, models: Path) -> None:
     except Exception:
         after = before  # decode died: nothing more was counted
     result.side_channel = judge(result.reference[:1], [text], before, after, 1)
-
-
-def _metrics_url(role: dict[str, Any]) -> str:
-    ports = role["entryTemplate"]["spec"]["containers"][0]["ports"]
-    return f"http://127.0.0.1:{next(p['containerPort'] for p in ports if p['name'] == 'server')}/metrics"
 
 
 class _Custom:

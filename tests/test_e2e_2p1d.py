@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -26,15 +25,24 @@ from localpods import (
     prepare,
     wait_ready,
 )
-from mooncake_pd import engines, helm, manifests, paths, verify
-from pdcheck import PROMPTS, READY_TIMEOUT, LocalRun, complete, completions, judge, local_run, make_tiny_model
+from mooncake_pd import manifests, paths, verify
+from pdcheck import (
+    PROMPTS,
+    READY_TIMEOUT,
+    LocalRun,
+    complete,
+    completions,
+    engine,
+    judge,
+    local_run,
+    make_tiny_model,
+    metrics_url,
+    render,
+)
 
 pytestmark = [pytest.mark.e2e, pytest.mark.e2e_2p1d]
 
 OUT = paths.REPO / "out" / "e2e-2p1d"
-TESTS = Path(__file__).resolve().parent
-PRESET = paths.VALUES_DIR / "qwen2.5-0.5b-instruct-cpu-1p1d.yaml"
-E2E_VALUES = TESTS / "e2e" / "values.yaml"
 # (role, replica) -> the pod's address: every pod binds the same ports, as on separate nodes.
 PODS = {("prefill", 0): "127.0.0.2", ("prefill", 1): "127.0.0.3", ("decode", 0): "127.0.0.4"}
 PROXY = "http://127.0.0.1:8080"
@@ -50,10 +58,6 @@ class Topology:
     proxy_args: list[str] = field(default_factory=list)
     timings: dict[str, float] = field(default_factory=dict)
     peak_rss: int = 0
-
-
-def _metrics(role: dict[str, Any], address: str) -> str:
-    return f"http://{address}:{role['entryTemplate']['spec']['containers'][0]['ports'][0]['containerPort']}/metrics"
 
 
 @pytest.fixture(scope="module")
@@ -77,9 +81,7 @@ def _run(result: Topology, run: LocalRun) -> None:
     processes, base = run.processes, run.base
     models = base / "models"
     make_tiny_model(run, models / "tiny", base / "other")
-    where = {"model.path": str(models / "tiny"), "model.storage.mountPath": str(models)}
-    where.update({"model.storage.hostPath": str(models), "prefill.replicas": 2})
-    objects = manifests.parse(helm.template(paths.helm_binary(), (PRESET, E2E_VALUES), where))
+    objects = render(models, {"prefill.replicas": 2})
     roles = {r["name"]: r for r in manifests.one(objects, "ModelServing")["spec"]["template"]["roles"]}
     network = Network()
     network.add_services(objects)
@@ -89,12 +91,7 @@ def _run(result: Topology, run: LocalRun) -> None:
     clock = time.monotonic()
     running = []
     for (role, replica), address in PODS.items():
-        template = roles[role]["entryTemplate"]
-        container = template["spec"]["containers"][0]
-        pod = engines.PodIdentity("deepseek-pd", 0, role, replica, ip=address)
-        env = {**engines.container_env(container, pod), "PYTHONUNBUFFERED": "1"}
-        prepared = prepare(objects, template["spec"], container, base / "pods" / pod.name, network, env_base=env)
-        prepared.probe_url = prepared.probe_url.replace("127.0.0.1", address)
+        pod, prepared = engine(objects, roles[role], base / "pods", network, replica, address)
         running.append((processes.run(prepared, pod.name, ENGINE_NICE), prepared))
     for proc, prepared in running:
         wait_ready(proc, prepared.probe_url, READY_TIMEOUT)
@@ -107,12 +104,12 @@ def _run(result: Topology, run: LocalRun) -> None:
     proxy_proc = processes.run(proxy, "proxy")
     wait_ready(proxy_proc, proxy.probe_url, 120)
 
-    decode = _metrics(roles["decode"], PODS[("decode", 0)])
+    decode = metrics_url(roles["decode"], PODS[("decode", 0)])
     decode_url = decode.removesuffix("/metrics")
     # The reference: decode computes a request without KV parameters itself (prefix caching is
     # off in the preset, so nothing of it is reused below).
     result.reference = [complete(decode_url, prompt)["choices"][0]["text"] for prompt in PROMPTS]
-    prefills = {f"prefill-{r}": _metrics(roles["prefill"], PODS[("prefill", r)]) for r in (0, 1)}
+    prefills = {f"prefill-{r}": metrics_url(roles["prefill"], PODS[("prefill", r)]) for r in (0, 1)}
     before_prompts = {name: verify.metric_total(get_text(url), PROMPT_TOKENS) for name, url in prefills.items()}
     clock = time.monotonic()
     for mode in ("sequential", "concurrent"):
