@@ -39,6 +39,8 @@ from typing import Any
 
 import yaml
 
+from mooncake_pd import manifests
+
 # Kthena's reconcile period (pkg/autoscaler/util/settings.go:20; the chart's
 # controllerManager.autoscalingSyncPeriodSeconds overrides it).
 SYNC_PERIOD_SECONDS = 15
@@ -421,7 +423,7 @@ def find_policy_spec(text: str, name: str | None = None, key: str | None = None)
     AutoscalingPolicy, or the one named `name`), or, with `key` ("a.b.c"), the mapping at that
     path of a values-like file, which is either an AutoscalingPolicy spec or holds one under `spec`."""
     try:
-        docs = [d for d in yaml.safe_load_all(text) if d is not None]
+        docs = [d for d in manifests.load_all(text) if d is not None]
     except yaml.YAMLError as e:
         raise AutoscaleError(f"the policy file is not YAML: {str(e).splitlines()[0]}") from None
     if key:

@@ -9,9 +9,10 @@ import yaml
 Manifest = dict[str, Any]
 
 
-class _Loader(yaml.SafeLoader):
-    """PyYAML's safe loader, reading a plain `=` as the string Kubernetes' YAML reads, not as
-    YAML 1.1's obscure "value" tag."""
+class _Loader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # type: ignore[misc]
+    """PyYAML's safe loader (libyaml's parser when PyYAML has it: a render is parsed in every
+    test), reading a plain `=` as the string Kubernetes' YAML reads, not as YAML 1.1's obscure
+    "value" tag."""
 
 
 _Loader.yaml_implicit_resolvers = {
@@ -20,9 +21,19 @@ _Loader.yaml_implicit_resolvers = {
 }
 
 
+def load(text: str) -> Any:
+    """One YAML document (a CRD, a values file)."""
+    return yaml.load(text, Loader=_Loader)
+
+
+def load_all(text: str) -> list[Any]:
+    """Every YAML document of a stream, empty ones as None."""
+    return list(yaml.load_all(text, Loader=_Loader))
+
+
 def parse(text: str) -> list[Manifest]:
     """Every non-empty YAML document of a `helm template` output."""
-    return [doc for doc in yaml.load_all(text, Loader=_Loader) if doc]
+    return [doc for doc in load_all(text) if doc]
 
 
 def find(objects: list[Manifest], kind: str, name: str | None = None) -> list[Manifest]:

@@ -23,9 +23,8 @@ from pathlib import Path
 from typing import Any
 
 import kubernetes_validate
-import yaml
 
-from mooncake_pd import paths
+from mooncake_pd import manifests, paths
 
 KUBERNETES_FLOOR = "1.27.0"
 DEFS = "$defs"
@@ -160,7 +159,7 @@ def kubernetes_definitions(version: str = KUBERNETES_FLOOR) -> dict[str, Any]:
 
 
 def _crd_schema(file: str, *path: str) -> dict[str, Any]:
-    crd = yaml.safe_load((paths.KTHENA_CRDS / file).read_text())
+    crd = manifests.load((paths.KTHENA_CRDS / file).read_text())
     node = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
     for key in path:
         node = node["items"] if key == "[]" else node["properties"][key]

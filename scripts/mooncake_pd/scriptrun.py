@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import subprocess
 import sys
 import tempfile
@@ -13,11 +14,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-STUB = """#!{python}
-import json, os, sys
+# The stub records what `vllm` was given. It and `python3` (for the script's own helpers:
+# preflight.py, a JSON edit) run this Python without `site` (-S): they need only the standard
+# library, and a Python with many site packages spends ~60 ms a start on them.
+STUB = """import json, os, sys
 with open(os.environ["MOONCAKE_PD_STUB_OUT"], "w") as out:
     json.dump({"argv": sys.argv[1:], "env": dict(os.environ)}, out)
 """
+
+
+def _launcher(*argv: str) -> str:
+    return f'#!/bin/sh\nexec {" ".join(map(shlex.quote, argv))} "$@"\n'
+
 
 # Variables the stubbed run or bash itself set; they are not what the script exports.
 # PYTHONCOERCECLOCALE=0 keeps the stub's Python from adding LC_CTYPE under the C locale (PEP 538).
@@ -69,16 +77,24 @@ def run(
     beside: Mapping[str, str] | None = None,
     node: Mapping[str, NodeFile] | None = None,
 ) -> Run:
-    """Run `script` with bash under `env` (plus PATH with the stub first); return the stub's
-    argv and environment. `beside`: files next to the script (the ConfigMap's other keys);
-    `node`: container paths -> files, laid out under a folder given as MOONCAKE_PD_ROOT, which
-    the preflight reads every absolute path under."""
+    """Run `script` with bash under `env` (plus PATH with the stub and this Python first, as
+    `vllm` and `python3`); return the stub's argv and environment. `beside`: files next to the
+    script (the ConfigMap's other keys); `node`: container paths -> files, laid out under a
+    folder given as MOONCAKE_PD_ROOT, which the preflight reads every absolute path under."""
     with tempfile.TemporaryDirectory() as tmp:
         tmpdir = Path(tmp)
-        stub = tmpdir / "bin" / "vllm"
-        stub.parent.mkdir()
-        stub.write_text(STUB.replace("{python}", sys.executable))
-        stub.chmod(0o755)
+        bin_dir = tmpdir / "bin"
+        bin_dir.mkdir()
+        stub = bin_dir / "vllm-stub.py"
+        stub.write_text(STUB)
+        # python3 is this Python rather than whichever is first on PATH (a pyenv shim adds
+        # ~0.15 s a call; an old system Python may not run the helpers at all).
+        for name, launcher in {
+            "vllm": _launcher(sys.executable, "-S", str(stub)),
+            "python3": _launcher(sys.executable, "-S"),
+        }.items():
+            (bin_dir / name).write_text(launcher)
+            (bin_dir / name).chmod(0o755)
         script_path = tmpdir / "start.sh"
         script_path.write_text(script)
         for name, text in (beside or {}).items():
@@ -90,7 +106,7 @@ def run(
             target.write_text(file.text)
             target.chmod(0o755 if file.executable else 0o644)
         out = tmpdir / "stub.json"
-        path = os.pathsep.join([str(stub.parent), *map(str, extra_path), os.environ.get("PATH", "")])
+        path = os.pathsep.join([str(bin_dir), *map(str, extra_path), os.environ.get("PATH", "")])
         full_env = {
             **env,
             "PATH": path,

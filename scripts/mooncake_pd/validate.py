@@ -14,9 +14,8 @@ from typing import Any
 
 import jsonschema
 import kubernetes_validate
-import yaml
 
-from mooncake_pd import cel, paths
+from mooncake_pd import cel, manifests, paths
 from mooncake_pd.manifests import Manifest, ident
 
 # The chart's kubeVersion floor and the newest schemas kubernetes-validate ships.
@@ -59,7 +58,7 @@ def crd_schemas(folder: Path) -> dict[tuple[str, str], dict[str, Any]]:
         raise CrdsMissing(f"CRDs not found at {folder} (KTHENA_CRDS_DIR must name a folder of CRD files)")
     schemas: dict[tuple[str, str], dict[str, Any]] = {}
     for path in sorted(folder.glob("*.yaml")):
-        crd = yaml.safe_load(path.read_text())
+        crd = manifests.load(path.read_text())
         if not crd or crd.get("kind") != "CustomResourceDefinition":
             continue
         group, kind = crd["spec"]["group"], crd["spec"]["names"]["kind"]
@@ -71,12 +70,10 @@ def crd_schemas(folder: Path) -> dict[tuple[str, str], dict[str, Any]]:
 
 @cache
 def crd_documents(folder: Path) -> dict[tuple[str, str], dict[str, Any]]:
-    """(apiVersion, kind) -> the whole CRD, for its CEL rules (the C loader when PyYAML has it:
-    the ModelServing CRD is large)."""
-    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    """(apiVersion, kind) -> the whole CRD, for its CEL rules."""
     documents: dict[tuple[str, str], dict[str, Any]] = {}
     for path in sorted(folder.glob("*.yaml")):
-        crd = yaml.load(path.read_text(), Loader=loader)
+        crd = manifests.load(path.read_text())
         if crd and crd.get("kind") == "CustomResourceDefinition":
             for version in crd["spec"]["versions"]:
                 documents[(f"{crd['spec']['group']}/{version['name']}", crd["spec"]["names"]["kind"])] = crd
