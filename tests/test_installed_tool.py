@@ -33,9 +33,13 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
         elif source.exists():
             shutil.copy2(source, src / name)
     venv = root / "venv"
-    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, capture_output=True)
+    # Without its own pip (ensurepip takes seconds): the project venv's pip installs into it.
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, capture_output=True)
+    into = ["--python", str(venv / "bin" / "python")]
     pip = subprocess.run(
-        [str(venv / "bin" / "pip"), "install", "--quiet", "--no-deps", str(src)], capture_output=True, text=True
+        [sys.executable, "-m", "pip", *into, "install", "--quiet", "--no-deps", str(src)],
+        capture_output=True,
+        text=True,
     )
     assert pip.returncode == 0, pip.stderr
     return venv / "bin"

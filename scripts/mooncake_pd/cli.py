@@ -32,15 +32,32 @@ def add_common_options(parser: argparse.ArgumentParser, *, top: bool) -> None:
     )
 
 
-def build_parser() -> argparse.ArgumentParser:
+def command_in(argv: list[str]) -> str | None:
+    """The command `argv` runs: its first word that is not an option or a top-level option's value."""
+    words = iter(argv)
+    for word in words:
+        if word in ("--helm", "--chart"):
+            next(words, None)
+        elif not word.startswith("-"):
+            return word
+    return None
+
+
+def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
+    """The whole CLI. With `argv`, only the command it runs is loaded with its options; the others
+    are listed by name (what `mooncake-pd --help` shows) and never parse anything."""
     parser = argparse.ArgumentParser(
         prog="mooncake-pd",
         description="Tooling for the mooncake-pd chart. Errors exit 2 (bad input) or 1 (invalid output).",
     )
     add_common_options(parser, top=True)
     sub = parser.add_subparsers(dest="command", required=True)
-    for command in commands.ALL:
-        command.register(sub)
+    chosen = command_in(argv) if argv is not None else None
+    for name, summary in commands.SUMMARIES.items():
+        if argv is None or name == chosen:
+            commands.load(name).register(sub)
+        else:
+            sub.add_parser(name, help=summary)
     for command_parser in sub.choices.values():
         add_common_options(command_parser, top=False)
     return parser
@@ -48,7 +65,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    args = build_parser().parse_args(argv)
+    args = build_parser(argv).parse_args(argv)
     args.argv = argv
     try:
         return args.func(args)

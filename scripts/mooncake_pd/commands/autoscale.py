@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 from mooncake_pd import autoscale
+from mooncake_pd.commands import SUMMARIES
 
 SERIES_HELP = f"""\
 The metric series (--series) holds one row per reconcile (Kthena reconciles every
@@ -96,7 +97,7 @@ def _plot(policy: autoscale.Policy, ticks: list[autoscale.Tick], out: Path) -> N
 def register(sub: argparse._SubParsersAction) -> None:
     group = sub.add_parser(
         "autoscale",
-        help="model Kthena's autoscaler offline (simulate)",
+        help=SUMMARIES["autoscale"],
         description="Offline tools for Kthena AutoscalingPolicies.",
     )
     commands = group.add_subparsers(dest="autoscale_command", required=True)

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 from mooncake_pd import bench, verify
+from mooncake_pd.commands import SUMMARIES
 
 HELP = """\
 Read the result of a release's benchmark Job (values: benchmark.enabled=true; it runs
@@ -79,7 +80,7 @@ def run(args: argparse.Namespace) -> int:
 def register(sub: argparse._SubParsersAction) -> None:
     parser = sub.add_parser(
         "bench",
-        help="report a release's benchmark (TTFT, TPOT, throughput), save it, compare runs",
+        help=SUMMARIES["bench"],
         description=HELP,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )

@@ -6,6 +6,7 @@ import argparse
 import sys
 
 from mooncake_pd import chartcheck
+from mooncake_pd.commands import SUMMARIES
 
 
 def run(args: argparse.Namespace) -> int:
@@ -20,7 +21,7 @@ def run(args: argparse.Namespace) -> int:
 def register(sub: argparse._SubParsersAction) -> None:
     check = sub.add_parser(
         "chartcheck",
-        help="check Chart.yaml and that a chart change bumps its version (as ct lint does)",
+        help=SUMMARIES["chartcheck"],
         description="Check Chart.yaml's fields and Artifact Hub annotations, and that commits which "
         "change chart/ since the branch left --base raise the chart version.",
     )

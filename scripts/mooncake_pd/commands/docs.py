@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from mooncake_pd import docs, values_file
+from mooncake_pd.commands import SUMMARIES
 
 
 def run(args: argparse.Namespace) -> int:
@@ -16,7 +17,7 @@ def run(args: argparse.Namespace) -> int:
 def register(sub: argparse._SubParsersAction) -> None:
     doc = sub.add_parser(
         "docs",
-        help="regenerate the values reference docs/values.md from chart/values.schema.json",
+        help=SUMMARIES["docs"],
         description="Replace the table between the values-table markers in docs/values.md with one "
         "generated from the schema (types, descriptions) and chart/values.yaml (defaults).",
     )

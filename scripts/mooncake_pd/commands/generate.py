@@ -10,6 +10,7 @@ from pathlib import Path
 from mooncake_pd import generate as gen
 from mooncake_pd import model as modelmod
 from mooncake_pd import values_file
+from mooncake_pd.commands import SUMMARIES
 
 GENERATE_HELP = """\
 Write a values file for a model from its config.json. The model files are never edited.
@@ -123,7 +124,7 @@ def run(args: argparse.Namespace) -> int:
 def register(sub: argparse._SubParsersAction) -> None:
     generate = sub.add_parser(
         "generate",
-        help="write a checked values file for a model from its config.json",
+        help=SUMMARIES["generate"],
         description=GENERATE_HELP,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )

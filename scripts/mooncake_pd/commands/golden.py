@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from mooncake_pd import golden, paths
+from mooncake_pd.commands import SUMMARIES
 
 
 def run(args: argparse.Namespace) -> int:
@@ -16,7 +17,7 @@ def run(args: argparse.Namespace) -> int:
 def register(sub: argparse._SubParsersAction) -> None:
     gold = sub.add_parser(
         "golden",
-        help="regenerate tests/golden/ from the chart defaults and every values/ file",
+        help=SUMMARIES["golden"],
         description="Rewrite tests/golden/<case>.yaml for the defaults and each values/*.yaml. "
         "Read `git diff tests/golden` before committing.",
     )

@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 from mooncake_pd import engines, helm, manifests, paths, summary, values_file, vllmflags
+from mooncake_pd.commands import SUMMARIES
 
 
 def _helm_origin(binary: Path) -> str:
@@ -47,7 +48,7 @@ def run(args: argparse.Namespace) -> int:
 def register(sub: argparse._SubParsersAction) -> None:
     render = sub.add_parser(
         "render",
-        help="render the chart, validate every object, write the manifests and print a summary",
+        help=SUMMARIES["render"],
         description="Render the chart (defaults plus any --values files), validate each object "
         "against the Kubernetes OpenAPI schemas and the Kthena CRDs, write it to --out, and print "
         "roles, replicas, devices per pod, ports, KV connector and proxy endpoint.",

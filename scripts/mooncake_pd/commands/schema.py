@@ -6,6 +6,7 @@ import argparse
 import json
 
 from mooncake_pd import schemagen, values_file
+from mooncake_pd.commands import SUMMARIES
 
 
 def run(args: argparse.Namespace) -> int:
@@ -18,7 +19,7 @@ def run(args: argparse.Namespace) -> int:
 def register(sub: argparse._SubParsersAction) -> None:
     parser = sub.add_parser(
         "schema",
-        help="type the chart's pass-through Kubernetes fields in values.schema.json (Kubernetes 1.27)",
+        help=SUMMARIES["schema"],
         description=schemagen.__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )

@@ -12,6 +12,7 @@ import yaml
 from mooncake_pd import generate as gen
 from mooncake_pd import model as modelmod
 from mooncake_pd import values_file
+from mooncake_pd.commands import SUMMARIES
 
 
 def run(args: argparse.Namespace) -> int:
@@ -53,7 +54,7 @@ def run(args: argparse.Namespace) -> int:
 def register(sub: argparse._SubParsersAction) -> None:
     update = sub.add_parser(
         "update",
-        help="rewrite the model-derived keys of a values file, keeping comments and every other key",
+        help=SUMMARIES["update"],
         description="Recompute the keys a model decides (model.mla, engine.args.quantization, each "
         "role's args.max-num-seqs; a fixed model.hfOverrides.head_dim is removed, since the preflight "
         "derives it at start, unless --fixed-head-dim) for the topology the file "

@@ -7,6 +7,7 @@ import json
 import sys
 
 from mooncake_pd import verify
+from mooncake_pd.commands import SUMMARIES
 
 
 def run(args: argparse.Namespace) -> int:
@@ -45,7 +46,7 @@ def run(args: argparse.Namespace) -> int:
 def register(sub: argparse._SubParsersAction) -> None:
     ver = sub.add_parser(
         "verify",
-        help="check a live release: pods ready, a chat request answered, KV-transfer log lines present",
+        help=SUMMARIES["verify"],
         description="Find the release's ModelServing and pods, report readiness per role and serving "
         "group, send the guide's chat request through the proxy (port-forward) or --url, then read the "
         "prefill and decode logs since that request for the guide's markers: prefill 'Delaying free of "
