@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -11,6 +12,10 @@ import pytest
 
 import nodes
 from mooncake_pd import engines, helm, manifests, paths, validate
+
+# The suite starts helm over a thousand times, each a process that lives ~0.2 s: collecting its
+# garbage less often (Go's default is 100) takes ~15% off its CPU time and changes no output.
+os.environ.setdefault("GOGC", "400")
 
 
 @dataclass(frozen=True)
