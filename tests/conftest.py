@@ -107,3 +107,9 @@ def entry_runs(defaults: Rendered) -> dict[str, engines.EngineRun]:
 def assert_valid(rendered: Rendered, crds: Path) -> None:
     errors = validate.validate(rendered.objects, crds)
     assert errors == [], "\n".join(errors)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The conformance module first: it runs real programs for over a minute in one process
+    (`make test` keeps each module on one worker), so it should not be the last to start."""
+    items.sort(key=lambda item: item.get_closest_marker("conformance") is None)
