@@ -11,6 +11,7 @@ about a minute); `make fuzz` runs thousands under both helm versions (MOONCAKE_P
 from __future__ import annotations
 
 import copy
+import functools
 import json
 import os
 import re
@@ -78,13 +79,21 @@ OTHER_TYPES = st.one_of(
 )
 
 
+@functools.cache
+def _drawn_from_schema(path: str) -> st.SearchStrategy:
+    """Values of the key's own schema (built once a key: hypothesis-jsonschema takes up to a
+    second to canonicalise a section's schema)."""
+    node = dict(KEYS)[path]
+    return from_schema(_resolve({k: v for k, v in node.items() if k != "description"}))
+
+
 @st.composite
 def mutation(draw) -> tuple[str, Any]:
     path, node = draw(st.sampled_from(KEYS))
     kind = draw(st.sampled_from(["schema", "null", "other", "new-key"]))
     if kind == "schema":
         try:
-            value = draw(from_schema(_resolve({k: v for k, v in node.items() if k != "description"})))
+            value = draw(_drawn_from_schema(path))
         except Exception:  # a sub-schema hypothesis-jsonschema cannot draw from: use another kind
             value = draw(OTHER_TYPES)
         return path, value
