@@ -324,3 +324,19 @@ def test_verify_shows_the_refusal_as_the_reason(render: Renderer):
     ]
     assert not check.ok
     assert check.detail.endswith(f"deepseek-pd-0-prefill-0-0: {line}")
+
+
+def test_a_scripts_python3_is_this_python_without_site():
+    """The start scripts' own helpers (preflight.py, the engine_id edit) need only the standard
+    library: run here, their `python3` is the tool's own Python without site packages, whatever
+    python3 comes first on PATH, so a helper that needs a site package fails here."""
+    import sys
+
+    script = (
+        "set -euo pipefail\n"
+        "seen=\"$(python3 -c 'import sys; print(sys.executable, sys.flags.no_site)')\"\n"
+        "if python3 -c 'import yaml' 2>/dev/null; then site=yes; else site=no; fi\n"
+        'exec vllm serve m --seen "$seen" --site "$site"\n'
+    )
+    run = scriptrun.run(script, {})
+    assert run.argv == ["serve", "m", "--seen", f"{sys.executable} 1", "--site", "no"]
