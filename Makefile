@@ -20,7 +20,7 @@ CHECKOV_STAMP := .tools/checkov/.installed
 E2E_STAMP := .tools/e2e/.installed .tools/ascend-overlay/.installed
 CHART_VERSION = $(shell sed -n 's/^version: *//p' chart/Chart.yaml)
 
-.PHONY: help tools helm render test unit e2e e2e-2p1d e2e-venv conformance fuzz golden schema docs lint package clean
+.PHONY: help tools helm render test unit test-time e2e e2e-2p1d e2e-venv conformance fuzz golden schema docs lint package clean
 
 help: ## List the targets.
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -57,6 +57,9 @@ render: $(STAMP) $(RENDER_HELM_DEP) ## Render the chart with its defaults, valid
 
 # Two test processes (the machine has 2 cores); the e2e runs alone afterwards, its engines use both.
 PYTEST_PARALLEL := -n 2 --dist loadfile
+# make test-time: how many runs, and the seconds their median may take (issue #18).
+RUNS ?= 3
+BUDGET ?= 150
 
 test: tools ## Run the whole test suite: unit, render and conformance tests (helm 3 and 4), then the e2e.
 	$(PY) -m pytest -m "not e2e" $(PYTEST_PARALLEL)
@@ -64,6 +67,9 @@ test: tools ## Run the whole test suite: unit, render and conformance tests (hel
 
 unit: $(TEST_STAMP) $(CHECKOV_STAMP) $(E2E_STAMP) helm ## Everything but the e2e.
 	$(PY) -m pytest -m "not e2e" $(PYTEST_PARALLEL)
+
+test-time: $(TEST_STAMP) $(CHECKOV_STAMP) $(E2E_STAMP) helm ## Measure the non-e2e tests' wall time here and where it goes (RUNS=3, BUDGET=150 s): out/test-time/.
+	$(PY) scripts/measure_tests.py --runs $(RUNS) --budget $(BUDGET) -- -m "not e2e" $(PYTEST_PARALLEL)
 
 e2e-venv: $(E2E_STAMP) ## Install the e2e venv and the vLLM-Ascend overlay (scripts/install-e2e.sh).
 
