@@ -52,32 +52,33 @@ def _strict(schema: Any) -> Any:
 
 
 @cache
+def _crd_versions(folder: Path) -> tuple[tuple[str, str, dict[str, Any], dict[str, Any]], ...]:
+    """(apiVersion, kind, CRD, version entry) of every CRD version in the folder, each file read
+    once a process (the ModelServing CRD is large; the schemas and the CEL rules both need it)."""
+    found = []
+    for path in sorted(folder.glob("*.yaml")):
+        crd = manifests.load(path.read_text())
+        if crd and crd.get("kind") == "CustomResourceDefinition":
+            group, kind = crd["spec"]["group"], crd["spec"]["names"]["kind"]
+            found += [(f"{group}/{version['name']}", kind, crd, version) for version in crd["spec"]["versions"]]
+    return tuple(found)
+
+
+@cache
 def crd_schemas(folder: Path) -> dict[tuple[str, str], dict[str, Any]]:
     """(apiVersion, kind) -> strict openAPIV3Schema of every CRD in the folder."""
     if not folder.is_dir():
         raise CrdsMissing(f"CRDs not found at {folder} (KTHENA_CRDS_DIR must name a folder of CRD files)")
-    schemas: dict[tuple[str, str], dict[str, Any]] = {}
-    for path in sorted(folder.glob("*.yaml")):
-        crd = manifests.load(path.read_text())
-        if not crd or crd.get("kind") != "CustomResourceDefinition":
-            continue
-        group, kind = crd["spec"]["group"], crd["spec"]["names"]["kind"]
-        for version in crd["spec"]["versions"]:
-            schema = version["schema"]["openAPIV3Schema"]
-            schemas[(f"{group}/{version['name']}", kind)] = _strict(schema)
-    return schemas
+    return {
+        (api_version, kind): _strict(version["schema"]["openAPIV3Schema"])
+        for api_version, kind, _, version in _crd_versions(folder)
+    }
 
 
 @cache
 def crd_documents(folder: Path) -> dict[tuple[str, str], dict[str, Any]]:
     """(apiVersion, kind) -> the whole CRD, for its CEL rules."""
-    documents: dict[tuple[str, str], dict[str, Any]] = {}
-    for path in sorted(folder.glob("*.yaml")):
-        crd = manifests.load(path.read_text())
-        if crd and crd.get("kind") == "CustomResourceDefinition":
-            for version in crd["spec"]["versions"]:
-                documents[(f"{crd['spec']['group']}/{version['name']}", crd["spec"]["names"]["kind"])] = crd
-    return documents
+    return {(api_version, kind): crd for api_version, kind, crd, _ in _crd_versions(folder)}
 
 
 def validate_cel(obj: Manifest, folder: Path | None = None) -> list[str]:
