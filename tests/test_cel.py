@@ -7,9 +7,8 @@ from functools import cache
 from typing import Any
 
 import pytest
-import yaml
 
-from mooncake_pd import cel, paths
+from mooncake_pd import cel, manifests, paths
 
 ASP = "workload.serving.volcano.sh_autoscalingpolicies.yaml"
 MR = "networking.serving.volcano.sh_modelroutes.yaml"
@@ -24,8 +23,8 @@ API = {
 
 @cache
 def crd(name: str) -> dict[str, Any]:
-    # The ModelServing CRD takes seconds to parse: once per session.
-    return yaml.load((paths.KTHENA_CRDS / name).read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+    # The ModelServing CRD is large: parsed once per session.
+    return manifests.load((paths.KTHENA_CRDS / name).read_text())
 
 
 def obj(name: str, spec: dict[str, Any]) -> dict[str, Any]:

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from mooncake_pd import manifests, paths
+from mooncake_pd import cli as mooncake_cli
+from mooncake_pd import commands, manifests, paths
 
 BAD = Path(__file__).parent / "bad-values" / "ports-serving-ports-equal.yaml"
 
@@ -63,22 +64,14 @@ def test_render_without_the_crds_says_so_in_one_line(tmp_path: Path):
 
 
 def test_help_explains_every_command():
-    from mooncake_pd import commands
-
     proc = cli("--help")
     assert proc.returncode == 0
     for command, summary in commands.SUMMARIES.items():
         assert command in proc.stdout
         # Loaded, the command's module declares it with the line `--help` lists, and describes it.
-        subparsers = cli_module().build_parser([command])._subparsers._group_actions[0]
+        subparsers = mooncake_cli.build_parser([command])._subparsers._group_actions[0]
         assert [a.help for a in subparsers._choices_actions if a.dest == command] == [summary]
         assert subparsers.choices[command].description
-
-
-def cli_module():
-    from mooncake_pd import cli as module
-
-    return module
 
 
 @pytest.mark.parametrize(
@@ -93,7 +86,7 @@ def cli_module():
 def test_only_the_command_that_runs_is_loaded(argv: list[str], command: str | None):
     """Commands are imported on use (the others bring kubernetes-validate, the Kubernetes client or
     the autoscaler model), so a run loads its own module and no other."""
-    assert cli_module().command_in(argv) == command
+    assert mooncake_cli.command_in(argv) == command
     program = (
         "import sys; from mooncake_pd import cli; cli.build_parser(sys.argv[1:]); "
         "print(sorted(m for m in sys.modules if m.startswith('mooncake_pd.commands.')))"

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import re
 import socket
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -330,8 +331,6 @@ def test_a_scripts_python3_is_this_python_without_site():
     """The start scripts' own helpers (preflight.py, the engine_id edit) need only the standard
     library: run here, their `python3` is the tool's own Python without site packages, whatever
     python3 comes first on PATH, so a helper that needs a site package fails here."""
-    import sys
-
     script = (
         "set -euo pipefail\n"
         "seen=\"$(python3 -c 'import sys; print(sys.executable, sys.flags.no_site)')\"\n"
