@@ -3,7 +3,12 @@
 
 from __future__ import annotations
 
+import ast
+import graphlib
+import importlib
 import json
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -334,3 +339,55 @@ def test_cli_bad_policy_and_missing_file_exit_2(tmp_path, capsys):
         main(["autoscale", "simulate", str(FIXTURES / "pd-policy.yaml"), "--series", str(series), "--start", "x"]) == 2
     )
     assert "expected ROLE=N" in capsys.readouterr().err
+
+
+def _section_imports() -> dict[str, set[str]]:
+    """Per section of the package, the sections its code imports (read from its source)."""
+    folder = Path(a.__file__).parent
+    graph: dict[str, set[str]] = {}
+    for section in a.SECTIONS:
+        tree = ast.parse((folder / f"{section}.py").read_text())
+        names = set()
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.module:
+                names.add(node.module)
+                names.update(f"{node.module}.{alias.name}" for alias in node.names)
+            elif isinstance(node, ast.Import):
+                names.update(alias.name for alias in node.names)
+        prefix = "mooncake_pd.autoscale."
+        graph[section] = {n.removeprefix(prefix).split(".")[0] for n in names if n.startswith(prefix)}
+    return graph
+
+
+def test_the_package_is_its_sections_each_importing_only_earlier_ones():
+    folder = Path(a.__file__).parent
+    assert sorted(p.stem for p in folder.glob("*.py")) == sorted([*a.SECTIONS, "__init__"])
+    graph = _section_imports()
+    assert graph["model"] == set() and graph["output"], graph
+    for section, imported in graph.items():
+        earlier = set(a.SECTIONS[: a.SECTIONS.index(section)])
+        assert imported <= earlier, f"{section} imports {sorted(imported - earlier)}, which do not come before it"
+    # So the graph has no cycle: a topological order exists (the sections' own).
+    order = list(graphlib.TopologicalSorter(graph).static_order())
+    assert sorted(order) == sorted(a.SECTIONS)
+
+
+@pytest.mark.parametrize("section", ["model", "parsing", "series", "window", "algorithm", "output"])
+def test_each_section_imports_alone_in_a_fresh_interpreter(section: str):
+    program = f"import mooncake_pd.autoscale.{section} as m; print(m.__name__)"
+    proc = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == f"mooncake_pd.autoscale.{section}"
+
+
+def test_the_package_exports_every_public_name_of_its_sections():
+    exported = set(a.__all__)
+    for section in a.SECTIONS:
+        module = importlib.import_module(f"mooncake_pd.autoscale.{section}")
+        public = {
+            name
+            for name, value in vars(module).items()
+            if not name.startswith("_") and (getattr(value, "__module__", None) == module.__name__ or name.isupper())
+        }
+        assert public <= exported, f"{section}: {sorted(public - exported)} not in mooncake_pd.autoscale.__all__"
+        assert all(getattr(a, name) is getattr(module, name) for name in public)

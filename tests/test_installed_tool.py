@@ -109,3 +109,33 @@ def test_a_folder_without_a_chart_is_refused_in_one_line(installed: Path, elsewh
     for args in (["render", "--helm", paths.helm_binary()], ["generate", "--model-dir", MODEL]):
         line = refusal(tool(installed, elsewhere, *args, "--chart", elsewhere))
         assert f"no chart at {elsewhere}" in line and "pass --chart" in line
+
+
+def test_every_module_of_the_checkout_is_installed(installed: Path):
+    """pyproject.toml lists the packages (packages.find is ruled out): a subpackage left off the
+    list would be missing from the installed tool."""
+    purelib = subprocess.run(
+        [str(installed / "python"), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    package = Path(purelib) / "mooncake_pd"
+    shipped = {p.relative_to(package) for p in package.rglob("*.py") if p.parts[len(package.parts)] != "chart"}
+    source = paths.REPO / "scripts" / "mooncake_pd"
+    assert shipped == {p.relative_to(source) for p in source.rglob("*.py")}
+
+
+def test_autoscale_simulate_outside_the_checkout(installed: Path, elsewhere: Path):
+    fixtures = Path(__file__).parent / "fixtures" / "autoscale"
+    proc = tool(
+        installed,
+        elsewhere,
+        "autoscale",
+        "simulate",
+        fixtures / "pd-policy.yaml",
+        "--series",
+        fixtures / "pd-series.csv",
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines()[0].split() == ["time_s", "decode", "prefill", "note"]
