@@ -12,16 +12,20 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from mooncake_pd.errors import FAILED, MooncakePdError
+
 MARKER = "mooncake-pd-benchmark-result: "
 COMPONENT = "benchmark"
 
 
-class BenchError(RuntimeError):
+class BenchError(MooncakePdError):
     """No result to report: no Job, a missing or unreadable result."""
 
 
 class JobFailed(BenchError):
     """The benchmark Job ran and failed."""
+
+    exit_code = FAILED
 
 
 @dataclass(frozen=True)

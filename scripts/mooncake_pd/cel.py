@@ -26,6 +26,8 @@ from typing import Any
 import celpy
 from celpy import celtypes
 
+from mooncake_pd.errors import FAILED, MooncakePdError
+
 # Functions and macros cel-python implements (celpy.evaluation.base_functions plus the
 # macros); a call to anything else is refused before evaluation.
 SUPPORTED = frozenset(
@@ -65,8 +67,11 @@ SUPPORTED = frozenset(
 _CALLS = {"ident_arg": 0, "dot_ident_arg": 0, "member_dot_arg": 1}
 
 
-class CelError(ValueError):
-    """A CRD or object this module cannot work with."""
+class CelError(MooncakePdError):
+    """A CRD or object this module cannot work with (validate reports it as an error of the
+    object, so a render with it exits 1)."""
+
+    exit_code = FAILED
 
 
 class CelUnsupported(CelError):

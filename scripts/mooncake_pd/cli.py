@@ -9,9 +9,10 @@ import argparse
 import sys
 from pathlib import Path
 
-from mooncake_pd import commands, docs, helm, paths
-from mooncake_pd import generate as gen
-from mooncake_pd import model as modelmod
+from mooncake_pd import commands, paths
+from mooncake_pd.errors import MooncakePdError
+
+PROG = "mooncake-pd"
 
 
 def add_common_options(parser: argparse.ArgumentParser, *, top: bool) -> None:
@@ -47,7 +48,7 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     """The whole CLI. With `argv`, only the command it runs is loaded with its options; the others
     are listed by name (what `mooncake-pd --help` shows) and never parse anything."""
     parser = argparse.ArgumentParser(
-        prog="mooncake-pd",
+        prog=PROG,
         description="Tooling for the mooncake-pd chart. Errors exit 2 (bad input) or 1 (invalid output).",
     )
     add_common_options(parser, top=True)
@@ -64,17 +65,14 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run the command `argv` names. An error meant for people (errors.MooncakePdError) is printed
+    as `<label>: <prefix><message>` on stderr, where the label is `mooncake-pd` or the one the
+    command sets (`error_label`, e.g. "mooncake-pd verify"), and its class decides the exit code."""
     argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser(argv).parse_args(argv)
     args.argv = argv
     try:
         return args.func(args)
-    except (modelmod.ModelError, gen.GenerateError) as e:
-        print(f"mooncake-pd: {e}", file=sys.stderr)
-        return 2
-    except helm.HelmError as e:
-        print(f"mooncake-pd: helm failed:\n{e}", file=sys.stderr)
-        return 2
-    except (docs.DocsError, paths.Missing) as e:  # validate.CrdsMissing is a paths.Missing
-        print(f"mooncake-pd: {e}", file=sys.stderr)
-        return 2
+    except MooncakePdError as e:
+        print(f"{getattr(args, 'error_label', PROG)}: {e.prefix}{e}", file=sys.stderr)
+        return e.exit_code

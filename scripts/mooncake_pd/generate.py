@@ -13,6 +13,7 @@ import yaml
 
 from mooncake_pd import model as modelmod
 from mooncake_pd import paths
+from mooncake_pd.errors import MooncakePdError
 
 ROLES = ("prefill", "decode")
 # A derived key that must be absent from the values file (None, by contrast, writes null,
@@ -46,7 +47,7 @@ NVIDIA_GPUS = {"h100": 80, "h200": 141, "h20": 96, "a100-80gb": 80, "l40s": 48}
 ASCEND_ONLY_ARGS = ("additional-config",)
 
 
-class GenerateError(ValueError):
+class GenerateError(MooncakePdError):
     """The options cannot work; the message names the option and the valid choices."""
 
 

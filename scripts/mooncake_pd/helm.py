@@ -10,14 +10,17 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from mooncake_pd import paths
+from mooncake_pd.errors import MooncakePdError
 
 # The oldest helm of each major the chart supports (JSON Schema values validation, --set-json,
 # toJson/fromJson); the tests run the pinned 3.17.2 and 4.1.4 (paths.HELM_VERSIONS).
 SUPPORTED = {3: (3, 8, 0), 4: (4, 0, 0)}
 
 
-class HelmError(RuntimeError):
+class HelmError(MooncakePdError):
     """helm failed; the message is helm's own error output."""
+
+    prefix = "helm failed:\n"
 
 
 def resolve(helm: Path | str) -> Path:

@@ -21,6 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from mooncake_pd.errors import MooncakePdError
+
 GIB = 1024**3
 
 # Architectures whose config fields the estimate understands.
@@ -37,7 +39,7 @@ KNOWN_ARCHITECTURES = (
 DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
 
 
-class ModelError(ValueError):
+class ModelError(MooncakePdError):
     """config.json is missing, unreadable or lacks a field; the message names file and field."""
 
 

@@ -7,6 +7,8 @@ import os
 import shutil
 from pathlib import Path
 
+from mooncake_pd.errors import MooncakePdError
+
 PACKAGE = Path(__file__).resolve().parent
 REPO = PACKAGE.parents[1]
 # Reference data vendored into the package (each folder's SOURCE.md gives its provenance), so a
@@ -35,7 +37,7 @@ def crds_dir() -> Path:
     return Path(os.environ.get("KTHENA_CRDS_DIR") or KTHENA_CRDS)
 
 
-class Missing(RuntimeError):
+class Missing(MooncakePdError):
     """Something a command needs is not where it looks: the message names it and how to point
     at it (the CLI prints it as one line and exits 2)."""
 

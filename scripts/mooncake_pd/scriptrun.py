@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from mooncake_pd.errors import FAILED, MooncakePdError
+
 # The stub records what `vllm` was given. It and `python3` (for the script's own helpers:
 # preflight.py, a JSON edit) run this Python without `site` (-S): they need only the standard
 # library, and a Python with many site packages spends ~60 ms a start on them.
@@ -41,8 +43,10 @@ NOT_EXPORTED = (
 )
 
 
-class ScriptFailed(RuntimeError):
-    """The script exited non-zero or never reached `vllm`."""
+class ScriptFailed(MooncakePdError):
+    """The script exited non-zero or never reached `vllm`: the render does not start."""
+
+    exit_code = FAILED
 
     def __init__(self, returncode: int, stderr: str, termination_log: str = ""):
         super().__init__(f"script exited {returncode}: {stderr.strip()}")

@@ -27,6 +27,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from mooncake_pd.engines import KTHENA as LABEL
+from mooncake_pd.errors import MooncakePdError
 
 KTHENA_GROUP, KTHENA_VERSION, MODELSERVINGS = "workload.serving.volcano.sh", "v1alpha1", "modelservings"
 
@@ -41,7 +42,7 @@ NIXL_FAILED = "vllm:nixl_num_failed_transfers_total"
 METRIC_LINE = re.compile(r"^(?P<name>[a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?\s+(?P<value>\S+)")
 
 
-class VerifyError(RuntimeError):
+class VerifyError(MooncakePdError):
     """No cluster, no release or no Kthena CRD: nothing to verify (exit 2)."""
 
 

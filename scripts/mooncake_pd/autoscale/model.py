@@ -6,11 +6,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from mooncake_pd.errors import MooncakePdError
+
 # A homogeneousTarget scales the ModelServing's spec.replicas: modelled as one role of this name.
 HOMOGENEOUS_UNIT = "replicas"
 
 
-class AutoscaleError(ValueError):
+class AutoscaleError(MooncakePdError):
     """A policy or a metric series the simulator cannot use; the message names the problem."""
 
 

@@ -41,15 +41,11 @@ Errors exit 2 with one line naming the problem.
 
 
 def run(args: argparse.Namespace) -> int:
-    try:
-        spec = autoscale.find_policy_spec(_read(args.policy, "policy"), args.policy_name, args.key)
-        policy = autoscale.policy_from_spec(spec)
-        fmt = args.format or ("json" if args.series.suffix.lower() == ".json" else "csv")
-        samples = autoscale.parse_series(policy, _read(args.series, "series"), fmt)
-        ticks = autoscale.simulate(policy, samples, autoscale.parse_start(args.start), args.reconcile_ms)
-    except autoscale.AutoscaleError as e:
-        print(f"mooncake-pd autoscale: {e}", file=sys.stderr)
-        return 2
+    spec = autoscale.find_policy_spec(_read(args.policy, "policy"), args.policy_name, args.key)
+    policy = autoscale.policy_from_spec(spec)
+    fmt = args.format or ("json" if args.series.suffix.lower() == ".json" else "csv")
+    samples = autoscale.parse_series(policy, _read(args.series, "series"), fmt)
+    ticks = autoscale.simulate(policy, samples, autoscale.parse_start(args.start), args.reconcile_ms)
     if args.json:
         print(json.dumps(autoscale.ticks_to_json(policy, ticks), indent=2))
     else:
@@ -58,8 +54,7 @@ def run(args: argparse.Namespace) -> int:
         try:
             _plot(policy, ticks, args.plot)
         except ImportError:
-            print("mooncake-pd autoscale: --plot needs matplotlib (pip install matplotlib)", file=sys.stderr)
-            return 2
+            raise autoscale.AutoscaleError("--plot needs matplotlib (pip install matplotlib)") from None
         print(f"wrote {args.plot}", file=sys.stderr)
     return 0
 
@@ -147,4 +142,4 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     sim.add_argument("--json", action="store_true", help="print JSON (every role's current/desired/final/mode)")
     sim.add_argument("--plot", type=Path, metavar="OUT.png", help="also draw the replicas over time (matplotlib)")
-    sim.set_defaults(func=run)
+    sim.set_defaults(func=run, error_label="mooncake-pd autoscale")

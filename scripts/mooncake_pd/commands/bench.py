@@ -52,17 +52,13 @@ def _from_cluster(args: argparse.Namespace) -> dict:
 
 
 def run(args: argparse.Namespace) -> int:
-    try:
-        if args.from_file:
-            result = bench.load(args.from_file)
-        elif args.release:
-            result = _from_cluster(args)
-        else:
-            raise bench.BenchError("name a release, or --from a saved result")
-        runs = [(bench.label_of(o, Path(p).stem), o) for p, o in ((p, bench.load(p)) for p in args.compare)]
-    except (bench.BenchError, verify.VerifyError) as e:
-        print(f"mooncake-pd bench: {e}", file=sys.stderr)
-        return 1 if isinstance(e, bench.JobFailed) else 2
+    if args.from_file:
+        result = bench.load(args.from_file)
+    elif args.release:
+        result = _from_cluster(args)
+    else:
+        raise bench.BenchError("name a release, or --from a saved result")
+    runs = [(bench.label_of(o, Path(p).stem), o) for p, o in ((p, bench.load(p)) for p in args.compare)]
     runs.append((bench.label_of(result, "this run"), result))
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=2, sort_keys=True) + "\n")
@@ -99,4 +95,5 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("--json", metavar="OUT.json", help="save this run's result (vLLM's JSON and its origin)")
     parser.add_argument("--plot", metavar="OUT.png", help="plot the latency percentiles of every run shown")
-    parser.set_defaults(func=run)
+    # bench.JobFailed exits 1, its other errors (and verify's: no cluster) 2.
+    parser.set_defaults(func=run, error_label="mooncake-pd bench")
