@@ -1,27 +1,27 @@
 {{/*
-The pod template of a role's entry pod (.worker false) or worker pods (.worker true).
+The pod template of a role's entry pod (.worker false) or worker pods (.worker true): the
+engine container with its env, ports, probes, devices and mounts, on the profile's host files.
 Context: (dict "root" $ "role" "prefill" "worker" false).
 */}}
-{{- define "mooncake-pd.podTemplate" -}}
+{{- define "mooncake-pd.podtemplate.engine" -}}
 {{- $root := .root -}}
 {{- $role := .role -}}
 {{- $v := index $root.Values $role -}}
-{{- $accelerator := include "mooncake-pd.accelerator" $root | fromJson -}}
-{{- $ascend := eq $accelerator.family "ascend" -}}
-{{- $script := include "mooncake-pd.scriptName" . -}}
-{{- $devices := include "mooncake-pd.devicesPerPod" $v -}}
+{{- $profile := include "mooncake-pd.profile" $root | fromJson -}}
+{{- $script := include "mooncake-pd.names.script" . -}}
+{{- $devices := include "mooncake-pd.parallelism.devicesPerPod" $v -}}
 {{- $resources := deepCopy ($v.resources | default dict) -}}
-{{- if $accelerator.resourceName }}
+{{- if $profile.resourceName }}
 {{- range $kind := list "requests" "limits" }}
-{{- $_ := set $resources $kind (merge (dict $accelerator.resourceName $devices) (get $resources $kind | default dict)) }}
+{{- $_ := set $resources $kind (merge (dict $profile.resourceName $devices) (get $resources $kind | default dict)) }}
 {{- end }}
 {{- end -}}
 metadata:
   labels:
-    {{- include "mooncake-pd.podLabels" (dict "root" $root "component" $role) | nindent 4 }}
+    {{- include "mooncake-pd.labels.pod" (dict "root" $root "component" $role) | nindent 4 }}
   annotations:
     # A change to the start script rolls the pods that run it.
-    checksum/script: {{ include "mooncake-pd.script" . | sha256sum }}
+    checksum/script: {{ include "mooncake-pd.script.engine" . | sha256sum }}
     {{- if $root.Values.engine.preflight.enabled }}
     checksum/preflight: {{ $root.Files.Get "files/preflight.py" | sha256sum }}
     {{- end }}
@@ -35,29 +35,19 @@ spec:
   securityContext:
     {{- toYaml . | nindent 4 }}
   {{- end }}
-  {{- with $root.Values.imagePullSecrets }}
-  imagePullSecrets:
-    {{- toYaml . | nindent 4 }}
+  {{- with include "mooncake-pd.scheduling.pullSecrets" $root }}
+  {{- . | nindent 2 }}
   {{- end }}
-  {{- with $v.nodeSelector }}
-  nodeSelector:
-    {{- toYaml . | nindent 4 }}
-  {{- end }}
-  {{- with $v.tolerations }}
-  tolerations:
-    {{- toYaml . | nindent 4 }}
-  {{- end }}
-  {{- with include "mooncake-pd.affinity" . | fromYaml }}
-  affinity:
-    {{- toYaml . | nindent 4 }}
+  {{- with include "mooncake-pd.scheduling.placement" (dict "nodeSelector" $v.nodeSelector "tolerations" $v.tolerations "affinity" (include "mooncake-pd.scheduling.engineAffinity" . | fromYaml)) }}
+  {{- . | nindent 2 }}
   {{- end }}
   {{- if eq $root.Values.model.storage.type "download" }}
   initContainers:
-  {{- include "mooncake-pd.downloadContainer" $root | nindent 2 }}
+  {{- include "mooncake-pd.model.downloadContainer" $root | nindent 2 }}
   {{- end }}
   containers:
   - name: {{ $role }}
-    image: {{ include "mooncake-pd.image" $root | toJson }}
+    image: {{ include "mooncake-pd.profile.image" $root | toJson }}
     imagePullPolicy: {{ $root.Values.image.pullPolicy }}
     command: ["/bin/bash"]
     args: [{{ printf "/workspace/%s" $script | toJson }}]
@@ -70,11 +60,11 @@ spec:
     - name: GROUP_NAME
       valueFrom:
         fieldRef:
-          fieldPath: metadata.labels['{{ include "mooncake-pd.kthenaLabel" "group-name" }}']
+          fieldPath: metadata.labels['{{ include "mooncake-pd.names.kthenaLabel" "group-name" }}']
     - name: ROLE_ID
       valueFrom:
         fieldRef:
-          fieldPath: metadata.labels['{{ include "mooncake-pd.kthenaLabel" "role-id" }}']
+          fieldPath: metadata.labels['{{ include "mooncake-pd.names.kthenaLabel" "role-id" }}']
     - name: ENGINE_ID
       valueFrom:
         fieldRef:
@@ -102,7 +92,7 @@ spec:
       containerPort: {{ int $v.dataParallelRpcPort }}
       protocol: TCP
     {{- end }}
-    {{- range $i := until (int (include "mooncake-pd.kvPortCount" .)) }}
+    {{- range $i := until (int (include "mooncake-pd.parallelism.kvPortCount" .)) }}
     - name: kv-{{ $i }}
       containerPort: {{ add (int $v.kvPort) $i }}
       protocol: TCP
@@ -147,15 +137,9 @@ spec:
       readOnly: true
     - name: dshm
       mountPath: /dev/shm
-    {{- if $ascend }}
-    - name: hccn-conf
-      mountPath: /etc/hccn.conf
-      readOnly: true
-    - name: hccn-tool
-      mountPath: /usr/local/Ascend/driver/tools/hccn_tool
-      readOnly: true
-    - name: ascend-install-info
-      mountPath: /etc/ascend_install.info
+    {{- range $profile.hostMounts }}
+    - name: {{ .name }}
+      mountPath: {{ .mountPath }}
       readOnly: true
     {{- end }}
     - name: scripts
@@ -169,153 +153,18 @@ spec:
       readOnly: true
     {{- end }}
   volumes:
-  {{- include "mooncake-pd.modelVolume" $root | nindent 2 }}
+  {{- include "mooncake-pd.model.volume" $root | nindent 2 }}
   - name: dshm
     emptyDir:
       medium: Memory
-  {{- if $ascend }}
-  - name: hccn-conf
+  {{- range $profile.hostMounts }}
+  - name: {{ .name }}
     hostPath:
-      path: {{ $root.Values.hostFiles.hccnConf | toJson }}
-      type: File
-  - name: hccn-tool
-    hostPath:
-      path: {{ $root.Values.hostFiles.hccnTool | toJson }}
-      type: File
-  - name: ascend-install-info
-    hostPath:
-      path: {{ $root.Values.hostFiles.ascendInstallInfo | toJson }}
+      path: {{ get $root.Values.hostFiles .hostFile | toJson }}
       type: File
   {{- end }}
   - name: scripts
     configMap:
-      name: {{ include "mooncake-pd.fullname" $root }}-scripts
+      name: {{ include "mooncake-pd.names.scripts" $root }}
       defaultMode: 0444
-{{- end }}
-
-{{/* ConfigMap key of a role's start script: <role>.sh, or <role>-worker.sh for workers. */}}
-{{- define "mooncake-pd.scriptName" -}}
-{{- printf "%s%s.sh" .role (ternary "-worker" "" (default false .worker)) -}}
-{{- end }}
-
-{{/* Prefill and decode pods land on different nodes (placement.separateRoles, or implied by
-the Kthena router when both roles serve on one port). */}}
-{{- define "mooncake-pd.rolesSeparated" -}}
-{{- $v := .Values -}}
-{{- if or $v.placement.separateRoles (and (eq $v.router.type "kthena") (eq (int $v.prefill.port) (int $v.decode.port))) }}true{{ end -}}
-{{- end }}
-
-{{/* A role's affinity: the user's, plus anti-affinity to the other role when separated. */}}
-{{- define "mooncake-pd.affinity" -}}
-{{- $root := .root -}}
-{{- $affinity := deepCopy ((index $root.Values .role).affinity | default dict) -}}
-{{- if include "mooncake-pd.rolesSeparated" $root }}
-{{- $other := ternary "decode" "prefill" (eq .role "prefill") }}
-{{- $selector := merge (dict "app.kubernetes.io/component" $other) (include "mooncake-pd.selectorLabels" $root | fromYaml) }}
-{{- $term := dict "labelSelector" (dict "matchLabels" $selector) "topologyKey" "kubernetes.io/hostname" }}
-{{- $anti := $affinity.podAntiAffinity | default dict }}
-{{- $required := append ($anti.requiredDuringSchedulingIgnoredDuringExecution | default list) $term }}
-{{- $_ := set $anti "requiredDuringSchedulingIgnoredDuringExecution" $required }}
-{{- $_ := set $affinity "podAntiAffinity" $anti }}
-{{- end }}
-{{- if $affinity }}{{ toYaml $affinity }}{{ end -}}
-{{- end }}
-
-{{/* The model volume for model.storage.type: hostPath, a claim, or the download target. */}}
-{{- define "mooncake-pd.modelVolume" -}}
-{{- $storage := .Values.model.storage -}}
-- name: model
-{{- if eq $storage.type "hostPath" }}
-  hostPath:
-    path: {{ $storage.hostPath | toJson }}
-    type: Directory
-{{- else if $storage.claimName }}
-  persistentVolumeClaim:
-    claimName: {{ $storage.claimName | toJson }}
-    {{- if eq $storage.type "pvc" }}
-    readOnly: true
-    {{- end }}
-{{- else }}
-  emptyDir:
-    {{- with $storage.emptyDirSizeLimit }}
-    sizeLimit: {{ . | toJson }}
-    {{- end }}
-{{- end }}
-{{- end }}
-
-{{/* The init container that downloads model.download into model.path, once: a marker file
-records what is there, and a lock keeps pods sharing a claim from downloading together. */}}
-{{- define "mooncake-pd.downloadContainer" -}}
-{{- $download := .Values.model.download -}}
-- name: download-model
-  image: {{ include "mooncake-pd.image" . | toJson }}
-  imagePullPolicy: {{ .Values.image.pullPolicy }}
-  command: ["python3", "-c"]
-  args:
-  - |
-    {{- include "mooncake-pd.downloadProgram" . | nindent 4 }}
-  env:
-  - name: MODEL_LOCATION
-    value: {{ .Values.model.path | toJson }}
-  - name: DOWNLOAD_HUB
-    value: {{ $download.hub | toJson }}
-  - name: DOWNLOAD_REPO
-    value: {{ $download.repo | toJson }}
-  - name: DOWNLOAD_REVISION
-    value: {{ include "mooncake-pd.downloadRevision" . | toJson }}
-  - name: HF_HUB_DISABLE_TELEMETRY
-    value: "1"
-  {{- include "mooncake-pd.cpuPythonEnv" . | nindent 2 }}
-  {{- with $download.tokenSecret.name }}
-  - name: {{ ternary "MODELSCOPE_API_TOKEN" "HF_TOKEN" (eq $download.hub "modelscope") }}
-    valueFrom:
-      secretKeyRef:
-        name: {{ . | toJson }}
-        key: {{ $download.tokenSecret.key | toJson }}
-  {{- end }}
-  {{- with .Values.engine.securityContext }}
-  securityContext:
-    {{- toYaml . | nindent 4 }}
-  {{- end }}
-  resources:
-    {{- toYaml $download.resources | nindent 4 }}
-  volumeMounts:
-  - name: model
-    mountPath: {{ .Values.model.storage.mountPath | toJson }}
-{{- end }}
-
-{{/* model.download.revision, or the hub's default branch: ModelScope's is master (modelscope
-hub/api.py raises NotExistError for a revision that is no branch or tag, so main fails there),
-Hugging Face's main. */}}
-{{- define "mooncake-pd.downloadRevision" -}}
-{{- $download := .Values.model.download -}}
-{{- default (ternary "master" "main" (eq $download.hub "modelscope")) $download.revision -}}
-{{- end }}
-
-{{- define "mooncake-pd.downloadProgram" -}}
-# Fetches DOWNLOAD_REPO@DOWNLOAD_REVISION into MODEL_LOCATION unless a marker says it is there.
-import fcntl, os, pathlib, sys
-target = pathlib.Path(os.environ["MODEL_LOCATION"])
-hub, repo, revision = (os.environ[k] for k in ("DOWNLOAD_HUB", "DOWNLOAD_REPO", "DOWNLOAD_REVISION"))
-wanted = f"{hub}:{repo}@{revision}"
-marker = target / ".mooncake-pd-download"
-target.parent.mkdir(parents=True, exist_ok=True)
-with open(target.parent / f".{target.name}.lock", "w") as lock:
-    fcntl.flock(lock, fcntl.LOCK_EX)
-    if marker.is_file() and marker.read_text().strip() == wanted:
-        print(f"{target} already holds {wanted}; no download", flush=True)
-        sys.exit(0)
-    print(f"downloading {wanted} into {target}", flush=True)
-    target.mkdir(exist_ok=True)
-    if hub == "modelscope":
-        from modelscope import snapshot_download
-        if os.environ.get("MODELSCOPE_API_TOKEN"):
-            from modelscope.hub.api import HubApi
-            HubApi().login(os.environ["MODELSCOPE_API_TOKEN"])
-        snapshot_download(repo, revision=revision, local_dir=str(target))
-    else:
-        from huggingface_hub import snapshot_download  # reads HF_TOKEN itself
-        snapshot_download(repo_id=repo, revision=revision, local_dir=str(target))
-    marker.write_text(wanted + "\n")
-    print(f"downloaded {wanted}", flush=True)
 {{- end }}

@@ -1,0 +1,160 @@
+{{/*
+The accelerator profile and engine version of the release, read from files/profiles.yaml (the
+one place that says what an accelerator type, its family and an engine version decide). Every
+helper here takes the root context and returns text or JSON; callers never branch on a family
+or connector name, they read the profile's fields.
+*/}}
+
+{{/* The whole table as JSON, checked once per render: every row has the fields its table
+requires (profiles.yaml `required`), each accelerator's family and engine version exist, each
+engine version has an image for every accelerator that runs it and every connector a family
+lists. A problem fails naming the row and the field. Cached on the root context, so the file
+is parsed once however often the profile is read. */}}
+{{- define "mooncake-pd.profile.table" -}}
+{{- if not (hasKey . "mooncakePdProfileTable") -}}
+{{- $file := "files/profiles.yaml" -}}
+{{- $table := .Files.Get $file | fromYaml -}}
+{{- if or (not $table) (hasKey $table "Error") -}}
+{{- fail (printf "chart/%s: cannot read the profile table: %v" $file (get ($table | default dict) "Error")) -}}
+{{- end -}}
+{{- $problems := list -}}
+{{- $required := $table.required | default dict -}}
+{{- range $section := list "accelerators" "families" "engines" "connectors" -}}
+{{- if not (get $required $section) }}{{ $problems = append $problems (printf "required.%s: missing; list the fields every row of %s must have" $section $section) }}{{ end -}}
+{{- end -}}
+{{- range $name, $row := $table.accelerators | default dict -}}
+{{- range $field := $required.accelerators | default list -}}
+{{- if not (hasKey $row $field) }}{{ $problems = append $problems (printf "accelerators.%s.%s: missing; every accelerator needs it (required.accelerators)" $name $field) }}{{ end -}}
+{{- end -}}
+{{- if and $row.family (not (hasKey ($table.families | default dict) $row.family)) -}}
+{{- $problems = append $problems (printf "accelerators.%s.family: %q has no row in families; add it or use one of %s" $name $row.family (keys ($table.families | default dict) | sortAlpha | join ", ")) -}}
+{{- end -}}
+{{- $engine := get ($table.engines | default dict) (toString $row.engineVersion) -}}
+{{- if and $row.engineVersion (not $engine) -}}
+{{- $problems = append $problems (printf "accelerators.%s.engineVersion: %q has no row in engines; add it or use one of %s" $name $row.engineVersion (keys ($table.engines | default dict) | sortAlpha | join ", ")) -}}
+{{- else if $engine -}}
+{{- if not (hasKey ($engine.images | default dict) $name) -}}
+{{- $problems = append $problems (printf "engines.%s.images.%s: missing; the engine version %s that accelerator %s runs needs its image" $row.engineVersion $name $row.engineVersion $name) -}}
+{{- end -}}
+{{- range $connector := (get ($table.families | default dict) (toString $row.family) | default dict).connectors | default list -}}
+{{- if not (hasKey ($engine.connectors | default dict) $connector) -}}
+{{- $problems = append $problems (printf "engines.%s.connectors.%s: missing; family %s lists it for accelerator %s" $row.engineVersion $connector $row.family $name) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- range $name, $row := $table.families | default dict -}}
+{{- range $field := $required.families | default list -}}
+{{- if not (hasKey $row $field) }}{{ $problems = append $problems (printf "families.%s.%s: missing; every family needs it (required.families)" $name $field) }}{{ end -}}
+{{- end -}}
+{{- if not $row.connectors }}{{ $problems = append $problems (printf "families.%s.connectors: empty; list the KV connectors that work there, the default first" $name) }}{{ end -}}
+{{- end -}}
+{{- range $version, $engine := $table.engines | default dict -}}
+{{- range $field := $required.engines | default list -}}
+{{- if not (hasKey $engine $field) }}{{ $problems = append $problems (printf "engines.%s.%s: missing; every engine version needs it (required.engines)" $version $field) }}{{ end -}}
+{{- end -}}
+{{- range $connector, $row := $engine.connectors | default dict -}}
+{{- range $field := $required.connectors | default list -}}
+{{- if not (hasKey $row $field) }}{{ $problems = append $problems (printf "engines.%s.connectors.%s.%s: missing; every connector needs it (required.connectors)" $version $connector $field) }}{{ end -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- if $problems -}}
+{{- fail (printf "\n\nmooncake-pd: chart/%s is incomplete:\n  - %s\n" $file (join "\n  - " $problems)) -}}
+{{- end -}}
+{{- $_ := set . "mooncakePdProfileTable" (toJson $table) -}}
+{{- end -}}
+{{- get . "mooncakePdProfileTable" -}}
+{{- end }}
+
+{{/* The profile of accelerator.type as JSON: the accelerator's row (with its `type`), its
+family's fields, `engine` (the row of its engine version, without the images) and `image`
+(the engine image of this accelerator: repository and tag). */}}
+{{- define "mooncake-pd.profile" -}}
+{{- $table := include "mooncake-pd.profile.table" . | fromJson -}}
+{{- $type := .Values.accelerator.type -}}
+{{- $row := get $table.accelerators $type -}}
+{{- if not $row -}}
+{{- fail (printf "accelerator.type: %q is not a known profile; use one of: %s" $type (keys $table.accelerators | sortAlpha | join ", ")) -}}
+{{- end -}}
+{{- $profile := merge (dict "type" $type) $row (get $table.families $row.family) -}}
+{{- $engine := get $table.engines $row.engineVersion -}}
+{{- $_ := set $profile "image" (get $engine.images $type) -}}
+{{- $_ := set $profile "engine" (omit $engine "images") -}}
+{{- toJson $profile -}}
+{{- end }}
+
+{{/* The KV connector: kvTransfer.connector, or the profile's default (its family's first). */}}
+{{- define "mooncake-pd.profile.connector" -}}
+{{- default (first (include "mooncake-pd.profile" . | fromJson).connectors) .Values.kvTransfer.connector -}}
+{{- end }}
+
+{{/* What the engine version says of the release's connector, as JSON ({} for a connector it
+does not know: the validate.accelerator rules refuse it). */}}
+{{- define "mooncake-pd.profile.connectorData" -}}
+{{- $profile := include "mooncake-pd.profile" . | fromJson -}}
+{{- toJson (get $profile.engine.connectors (include "mooncake-pd.profile.connector" .) | default dict) -}}
+{{- end }}
+
+{{/* The engine image reference: repository:tag (each defaulting to the profile's), with
+@digest when image.digest is set. */}}
+{{- define "mooncake-pd.profile.image" -}}
+{{- $default := (include "mooncake-pd.profile" . | fromJson).image -}}
+{{- $image := printf "%s:%s" (default $default.repository .Values.image.repository) (default $default.tag .Values.image.tag) -}}
+{{- with .Values.image.digest }}{{ $image = printf "%s@%s" $image . }}{{ end -}}
+{{- $image -}}
+{{- end }}
+
+{{/* The proxy image: proxy.image, else the engine image where it carries the proxy script
+(profile proxyInEngineImage), else the engine version's proxyImage (the vLLM-Ascend image,
+whose example proxy needs no device). */}}
+{{- define "mooncake-pd.profile.proxyImage" -}}
+{{- $image := .Values.proxy.image -}}
+{{- $profile := include "mooncake-pd.profile" . | fromJson -}}
+{{- if $image.repository -}}
+{{- printf "%s:%s" $image.repository (default $profile.image.tag $image.tag) -}}
+{{- else if $profile.proxyInEngineImage -}}
+{{- include "mooncake-pd.profile.image" . -}}
+{{- else -}}
+{{- printf "%s:%s" $profile.engine.proxyImage.repository (default $profile.engine.proxyImage.tag $image.tag) -}}
+{{- end -}}
+{{- end }}
+
+{{/* The benchmark client's image: benchmark.image, else the engine image where `vllm bench
+serve` starts in it without a device (profile benchmarkInEngineImage), else the engine version's
+benchmarkImage: vLLM's own image of the engines' version (in the vLLM-Ascend image `vllm` cannot
+start without an NPU: its platform plugin, vllm_ascend.register, returns NPUPlatform and
+vllm_ascend/utils.py imports torch_npu, which needs the driver; transformers imports torch_npu
+too). */}}
+{{- define "mooncake-pd.profile.benchmarkImage" -}}
+{{- $image := .Values.benchmark.image -}}
+{{- $profile := include "mooncake-pd.profile" . | fromJson -}}
+{{- $fallback := $profile.engine.benchmarkImage -}}
+{{- if $image.repository -}}
+{{- printf "%s:%s" $image.repository (default $fallback.tag $image.tag) -}}
+{{- else if not $profile.benchmarkInEngineImage -}}
+{{- printf "%s:%s" $fallback.repository (default $fallback.tag $image.tag) -}}
+{{- else -}}
+{{- include "mooncake-pd.profile.image" . -}}
+{{- end -}}
+{{- end }}
+
+{{/* "true" when vLLM-Ascend's recompute scheduler is on: engine.recomputeScheduler, where auto
+means on only with the vLLM-Ascend PD proxy on a profile that has the scheduler. With it on,
+decode ends requests it has no KV cache for with stop reason "recomputed" for the router to
+re-send (vllm_ascend/core/recompute_scheduler.py); only that proxy does
+(load_balance_proxy_server_example.py), the Kthena router passes the truncated answer on. */}}
+{{- define "mooncake-pd.profile.recomputeScheduler" -}}
+{{- $setting := .Values.engine.recomputeScheduler -}}
+{{- if kindIs "bool" $setting -}}
+{{- if $setting }}true{{ end -}}
+{{- else if and (eq .Values.router.type "proxy") (include "mooncake-pd.profile" . | fromJson).recomputeScheduler -}}
+true
+{{- end -}}
+{{- end }}
+
+{{/* The values section of the profile's family (accelerator.<family>), or {}. JSON. */}}
+{{- define "mooncake-pd.profile.settings" -}}
+{{- $family := (include "mooncake-pd.profile" . | fromJson).family -}}
+{{- toJson (get .Values.accelerator $family | default dict) -}}
+{{- end }}

@@ -1,0 +1,36 @@
+{{/*
+Rules of parallelism: the DP ranks of every pod of an instance, and the tensor-parallel rule
+between prefill and decode of the connector (profiles.yaml tensorRule).
+*/}}
+{{- define "mooncake-pd.validate.parallelism" -}}
+{{- $errors := list -}}
+{{- range $role := list "prefill" "decode" }}
+{{- $v := index $.Values $role }}
+{{- $p := $v.parallelism }}
+{{- $dataLocal := int (include "mooncake-pd.parallelism.dataLocal" $v) }}
+{{- $workers := int $v.workerReplicas }}
+{{- if and $workers (kindIs "invalid" $p.dataLocal) }}
+{{- $errors = append $errors (printf "%s.parallelism.dataLocal: a multi-node role (%s.workerReplicas %d) needs dataLocal, the DP ranks on each pod; set it to data / (workerReplicas + 1)" $role $role $workers) }}
+{{- else if ne (int $p.data) (mul $dataLocal (add $workers 1)) }}
+{{- $errors = append $errors (printf "%s.parallelism: data (%d) must equal dataLocal (%d) x (workerReplicas (%d) + 1) = %d; every pod of an instance runs dataLocal DP ranks" $role (int $p.data) $dataLocal $workers (mul $dataLocal (add $workers 1))) }}
+{{- end }}
+{{- end }}
+{{- /* prefillMultiple: prefill TP >= decode TP and divisible by it for non-MLA models
+(vLLM-Ascend MooncakeConnectorV1, check_kv_extra_config); equal: upstream MooncakeConnector;
+any: NIXL handles unequal TP. */ -}}
+{{- $connector := include "mooncake-pd.profile.connector" . }}
+{{- $rule := (include "mooncake-pd.profile.connectorData" . | fromJson).tensorRule }}
+{{- $ptp := int .Values.prefill.parallelism.tensor }}
+{{- $dtp := int .Values.decode.parallelism.tensor }}
+{{- if eq $rule "equal" }}
+{{- if ne $ptp $dtp }}
+{{- $errors = append $errors (printf "decode.parallelism.tensor: %d differs from prefill.parallelism.tensor (%d); %s needs equal TP (NixlConnector does not)" $dtp $ptp $connector) }}
+{{- end }}
+{{- else if ne $rule "prefillMultiple" }}
+{{- else if lt $ptp $dtp }}
+{{- $errors = append $errors (printf "prefill.parallelism.tensor: %d is below decode.parallelism.tensor (%d); %s needs prefill TP >= decode TP" $ptp $dtp $connector) }}
+{{- else if and (not .Values.model.mla) (ne 0 (mod $ptp (max $dtp 1))) }}
+{{- $errors = append $errors (printf "prefill.parallelism.tensor: %d is not a multiple of decode.parallelism.tensor (%d); %s needs it for non-MLA models" $ptp $dtp $connector) }}
+{{- end }}
+{{- toJson $errors -}}
+{{- end }}
