@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-import nodes
 from mooncake_pd import engines, helm, manifests, paths, validate
+from support import nodes
 
 # The suite starts helm over a thousand times, each a process that lives ~0.2 s: collecting its
 # garbage less often (Go's default is 100) takes ~15% off its CPU time and changes no output.

@@ -1,12 +1,12 @@
 """Runtime conformance: every container the chart renders that can run here runs its real
 command, with exactly its rendered env and as its rendered user, in its image's Python
-(`make conformance`; `make test` runs it too). tests/localpods.py says what stands in for what:
-the vLLM-Ascend image's Python is vLLM 0.13.0 plus the `vllm-ascend==0.13.0` wheel (its entry
-points load) and torch_npu 2.8.0.post2, without CANN or a driver, as in a pod with no NPU.
+(`make conformance`; `make test` runs it too). tests/support/localpods.py says what stands in for
+what: the vLLM-Ascend image's Python is vLLM 0.13.0 plus the `vllm-ascend==0.13.0` wheel (its
+entry points load) and torch_npu 2.8.0.post2, without CANN or a driver, as in a pod with no NPU.
 
 - The PD proxy starts, passes its readiness probe and serves a chat and a completion request
-  through stand-in engines (tests/openai_standin.py on the engines' ports), sending prefill the
-  NIXL/Mooncake parameters and decode what prefill answered.
+  through stand-in engines (tests/support/openai_standin.py on the engines' ports), sending
+  prefill the NIXL/Mooncake parameters and decode what prefill answered.
 - The helm test pod's script passes against it (or against a stand-in Kthena router).
 - The benchmark Job's script completes against it: `vllm bench serve` with its tokenizer read
   from the model volume (a stand-in folder with a tokenizer), and its result on the marker line.
@@ -37,9 +37,10 @@ from typing import Any
 
 import pytest
 
-import netpol
 from conftest import Rendered, Renderer
-from localpods import (
+from mooncake_pd import bench, engines, paths, validate, vllmflags
+from support import netpol
+from support.localpods import (
     E2E_VENV,
     Container,
     Network,
@@ -52,7 +53,6 @@ from localpods import (
     run_to_end,
     wait_ready,
 )
-from mooncake_pd import bench, engines, paths, validate, vllmflags
 
 # The stand-ins and the proxy listen on fixed ports, so this module runs in one process: `make
 # test` runs tests in two with --dist loadfile, which keeps a module on one worker (xdist 3.8's
@@ -130,7 +130,7 @@ def standins(image_pythons):
         for port in (*ENGINE_PORTS, ROUTER_PORT):
             argv = [
                 str(E2E_VENV / "bin" / "python3"),
-                str(TESTS / "openai_standin.py"),
+                str(TESTS / "support" / "openai_standin.py"),
                 "--port",
                 str(port),
                 "--model",

@@ -2,11 +2,11 @@
 
 The chart is rendered with the cpu profile (values/qwen2.5-0.5b-instruct-cpu-1p1d.yaml under
 tests/e2e/values.yaml) for a tiny random Qwen2 model the test makes, and its objects run as
-processes on 127.0.0.1 (tests/localpods.py): the rendered prefill and decode start scripts with
-the env their pods get (Kthena's and the chart's), preflight included, until their rendered
-readiness probes pass; the rendered proxy command (the vLLM-Ascend v0.13.0 example proxy,
-vendored unchanged) in the vLLM-Ascend image's Python; the `helm test` pod; the benchmark Job;
-`mooncake-pd verify`'s collection and judgement. vLLM 0.13.0's CPU build and NIXL 0.8.0 move the
+processes on 127.0.0.1 (tests/support/localpods.py): the rendered prefill and decode start
+scripts with the env their pods get (Kthena's and the chart's), preflight included, until their
+rendered readiness probes pass; the rendered proxy command (the vLLM-Ascend v0.13.0 example
+proxy, vendored unchanged) in the vLLM-Ascend image's Python; the `helm test` pod; the benchmark
+Job; `mooncake-pd verify`'s collection and judgement. vLLM 0.13.0's CPU build and NIXL 0.8.0 move the
 KV cache; nothing on the data path is a stub.
 
 The proof: greedy output through the PD pair equals one plain engine's (decode's own flags
@@ -32,7 +32,8 @@ from typing import Any
 
 import pytest
 
-from localpods import (
+from mooncake_pd import bench, engines, manifests, paths, verify
+from support.localpods import (
     E2E_VENV,
     ENGINE_NICE,
     Network,
@@ -43,8 +44,7 @@ from localpods import (
     run_to_end,
     wait_ready,
 )
-from mooncake_pd import bench, engines, manifests, paths, verify
-from pdcheck import (
+from support.pdcheck import (
     MAX_TOKENS,
     PROMPTS,
     READY_TIMEOUT,

@@ -18,15 +18,15 @@ from typing import Any
 
 import pytest
 
-from localpods import (
+from mooncake_pd import manifests, paths, verify
+from support.localpods import (
     ENGINE_NICE,
     Network,
     get_text,
     prepare,
     wait_ready,
 )
-from mooncake_pd import manifests, paths, verify
-from pdcheck import (
+from support.pdcheck import (
     PROMPTS,
     READY_TIMEOUT,
     LocalRun,
@@ -39,6 +39,7 @@ from pdcheck import (
     metrics_url,
     render,
 )
+from support.proxyargs import parse_proxy_args
 
 pytestmark = [pytest.mark.e2e, pytest.mark.e2e_2p1d]
 
@@ -100,7 +101,7 @@ def _run(result: Topology, run: LocalRun) -> None:
     deployment = manifests.one(objects, "Deployment", "deepseek-pd-proxy")
     spec = deployment["spec"]["template"]["spec"]
     proxy = prepare(objects, spec, spec["containers"][0], base / "pods" / "proxy", network)
-    result.proxy_args = proxy.argv
+    result.proxy_args = proxy.argv[len(spec["containers"][0].get("command", [])) :]  # its args, as run here
     proxy_proc = processes.run(proxy, "proxy")
     wait_ready(proxy_proc, proxy.probe_url, 120)
 
@@ -124,9 +125,8 @@ def _run(result: Topology, run: LocalRun) -> None:
 
 
 def test_the_proxy_is_given_both_prefill_replicas(topology: Topology):
-    args = topology.proxy_args
-    hosts = args[args.index("--prefiller-hosts") + 1 : args.index("--prefiller-ports")]
-    assert hosts == [PODS[("prefill", 0)], PODS[("prefill", 1)]]
+    proxy = parse_proxy_args(topology.proxy_args)
+    assert proxy.prefiller_hosts == (PODS[("prefill", 0)], PODS[("prefill", 1)])
 
 
 @pytest.mark.parametrize("mode", ["sequential", "concurrent"])

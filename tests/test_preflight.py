@@ -16,9 +16,9 @@ from typing import Any
 
 import pytest
 
-import nodes
 from conftest import Renderer
 from mooncake_pd import engines, scriptrun, verify
+from support import nodes
 
 EX_CONFIG = 78
 GUIDE_MODEL = nodes.config_text("/models/DeepSeek-R1-Distill-Qwen-1.5B")

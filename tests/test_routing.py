@@ -13,22 +13,15 @@ from typing import ClassVar
 import pytest
 
 from conftest import Rendered, Renderer, assert_valid
-from kthena_pods import selects
 from mooncake_pd.engines import PodIdentity
+from support.kthena_pods import selects
+from support.proxyargs import parse_proxy_args
 
 
-def proxy_endpoints(rendered: Rendered) -> dict[str, list[tuple[str, str]]]:
+def proxy_endpoints(rendered: Rendered) -> dict[str, list[tuple[str, int]]]:
     args = rendered.one("Deployment", "deepseek-pd-proxy")["spec"]["template"]["spec"]["containers"][0]["args"]
-
-    def values(flag: str) -> list[str]:
-        start = args.index(flag) + 1
-        end = next((i for i in range(start, len(args)) if args[i].startswith("--")), len(args))
-        return args[start:end]
-
-    return {
-        "prefill": list(zip(values("--prefiller-hosts"), values("--prefiller-ports"), strict=True)),
-        "decode": list(zip(values("--decoder-hosts"), values("--decoder-ports"), strict=True)),
-    }
+    proxy = parse_proxy_args(args)
+    return {"prefill": proxy.prefillers, "decode": proxy.decoders}
 
 
 SCALE = {"servingGroups": 2, "prefill": {"replicas": 3}, "decode": {"replicas": 2}}
@@ -54,7 +47,7 @@ def test_proxy_reaches_every_entry_pod_once(render: Renderer, overrides):
             name, namespace, suffix = host.split(".")
             assert (namespace, suffix) == ("default", "svc")
             service = services[name]
-            assert listed_port == str(port) == str(service["spec"]["ports"][0]["targetPort"])
+            assert listed_port == port and str(port) == str(service["spec"]["ports"][0]["targetPort"])
             matched = [p for p in pods if selects(service, p)]
             assert len(matched) == 1, f"{name} selects {matched}"
             covered.append(matched[0])

@@ -8,8 +8,9 @@ import itertools
 import pytest
 
 from conftest import Rendered, Renderer, assert_valid
-from kthena_pods import expected_pods, kthena_labels, selects
 from mooncake_pd import engines, scriptrun, validate
+from support.kthena_pods import expected_pods, kthena_labels, selects
+from support.proxyargs import parse_proxy_args
 
 
 def scenario(groups: int, prefills: int, decode_workers: int, router: str) -> dict:
@@ -106,12 +107,10 @@ def check_model_server(rendered: Rendered, pods) -> None:
 
 def test_proxy_lists_follow_replicas(render: Renderer):
     rendered = render(overrides={"servingGroups": 4, "prefill": {"replicas": 1}, "decode": {"replicas": 2}})
-    args = rendered.one("Deployment")["spec"]["template"]["spec"]["containers"][0]["args"]
-    hosts = args[args.index("--prefiller-hosts") + 1 : args.index("--prefiller-ports")]
-    assert hosts == [f"deepseek-pd-{g}-prefill-0.default.svc" for g in range(4)]
-    decoders = args[args.index("--decoder-hosts") + 1 : args.index("--decoder-ports")]
-    assert decoders == [f"deepseek-pd-{g}-decode-{r}.default.svc" for g in range(4) for r in range(2)]
-    assert args[args.index("--decoder-ports") + 1 :] == ["7101"] * 8
+    proxy = parse_proxy_args(rendered.one("Deployment")["spec"]["template"]["spec"]["containers"][0]["args"])
+    assert proxy.prefiller_hosts == tuple(f"deepseek-pd-{g}-prefill-0.default.svc" for g in range(4))
+    assert proxy.decoder_hosts == tuple(f"deepseek-pd-{g}-decode-{r}.default.svc" for g in range(4) for r in range(2))
+    assert proxy.decoder_ports == (7101,) * 8
 
 
 THREE_NODE_DECODE = {"decode": {"workerReplicas": 2, "parallelism": {"tensor": 1, "data": 12, "dataLocal": 4}}}

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-import guide
 from conftest import Rendered, assert_valid
 from mooncake_pd import engines, scriptrun, validate
+from support import guide
 
 ROLES = ("prefill", "decode")
 # The chart's kv ports: the guide's 28000/28100 lie in Mooncake's random listener range (README).

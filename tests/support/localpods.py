@@ -38,7 +38,7 @@ from typing import Any
 from mooncake_pd import paths
 from mooncake_pd.manifests import Manifest
 
-TESTS = Path(__file__).resolve().parent
+TESTS = Path(__file__).resolve().parents[1]
 E2E_VENV = paths.TOOLS_DIR / "e2e"
 ASCEND_OVERLAY = paths.TOOLS_DIR / "ascend-overlay"
 VENDORED_PROXY = TESTS / "e2e" / "vendor" / "vllm-ascend" / "load_balance_proxy_server_example.py"

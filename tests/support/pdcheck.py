@@ -19,12 +19,12 @@ from typing import Any
 
 import pytest
 
-from localpods import E2E_VENV, Container, Network, Processes, post_json, prepare, run_to_end
 from mooncake_pd import engines, helm, manifests, paths, verify
+from support.localpods import E2E_VENV, Container, Network, Processes, post_json, prepare, run_to_end
 
-TINY_MODEL = Path(__file__).resolve().parent / "e2e" / "tiny_model.py"
+TINY_MODEL = Path(__file__).resolve().parents[1] / "e2e" / "tiny_model.py"
 PRESET = paths.VALUES_DIR / "qwen2.5-0.5b-instruct-cpu-1p1d.yaml"
-E2E_VALUES = Path(__file__).resolve().parent / "e2e" / "values.yaml"
+E2E_VALUES = Path(__file__).resolve().parents[1] / "e2e" / "values.yaml"
 
 PROMPTS = [
     "Hello, how are you?",

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from mooncake_pd import engines, manifests
 
-FIXTURES = Path(__file__).parent / "fixtures" / "models"
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "models"
 
 
 def config_text(model_path: str) -> str | None:
