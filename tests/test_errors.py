@@ -28,6 +28,7 @@ EXIT_CODES = {
     "mooncake_pd.helm.HelmError": BAD_INPUT,
     "mooncake_pd.model.ModelError": BAD_INPUT,
     "mooncake_pd.paths.Missing": BAD_INPUT,
+    "mooncake_pd.profiles.ProfileError": BAD_INPUT,
     "mooncake_pd.scriptrun.ScriptFailed": FAILED,
     "mooncake_pd.validate.CrdsMissing": BAD_INPUT,
     "mooncake_pd.verify.VerifyError": BAD_INPUT,
