@@ -169,13 +169,15 @@ def load(path: str) -> dict[str, Any]:
 
 
 # Cluster side ---------------------------------------------------------------------------------
+# The Kubernetes API clients and Jobs are typed Any: the client's models declare every field
+# Optional, and these functions read objects the API server filled in (the tests pass stand-ins).
 
 
 def _created(obj: Any) -> str:
     return obj.metadata.creation_timestamp.isoformat() if obj.metadata.creation_timestamp else ""
 
 
-def find_job(batch, release: str, namespace: str):
+def find_job(batch: Any, release: str, namespace: str) -> Any:
     """The release's newest benchmark Job."""
     selector = f"app.kubernetes.io/instance={release},app.kubernetes.io/component={COMPONENT}"
     jobs = batch.list_namespaced_job(namespace, label_selector=selector).items
@@ -187,7 +189,7 @@ def find_job(batch, release: str, namespace: str):
     return max(jobs, key=_created)
 
 
-def job_state(job) -> str:
+def job_state(job: Any) -> str:
     """running, succeeded or failed."""
     status = job.status
     if status.succeeded:
@@ -197,7 +199,7 @@ def job_state(job) -> str:
     return "running"
 
 
-def restart(batch, job, namespace: str):
+def restart(batch: Any, job: Any, namespace: str) -> Any:
     """A new run of the Job: the same spec under a new name (a Job runs once)."""
     spec = job.spec
     # The API server's own selector and labels of the old run must not be copied.
@@ -217,7 +219,9 @@ def restart(batch, job, namespace: str):
     )
 
 
-def wait(batch, job, namespace: str, timeout: float, progress: Callable[[str], None], poll: float = 10.0):
+def wait(
+    batch: Any, job: Any, namespace: str, timeout: float, progress: Callable[[str], None], poll: float = 10.0
+) -> Any:
     """The Job once it has finished, or BenchError after `timeout` seconds."""
     deadline = time.monotonic() + timeout
     while True:
@@ -231,7 +235,7 @@ def wait(batch, job, namespace: str, timeout: float, progress: Callable[[str], N
         time.sleep(poll)
 
 
-def job_log(core, job, namespace: str) -> list[str]:
+def job_log(core: Any, job: Any, namespace: str) -> list[str]:
     pods = core.list_namespaced_pod(namespace, label_selector=f"job-name={job.metadata.name}").items
     if not pods:
         raise BenchError(f"Job {job.metadata.name} has no pod (deleted, or not scheduled yet)")

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import shlex
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -188,7 +189,7 @@ def run_script(
     template: dict[str, Any],
     env: dict[str, str],
     node: Node = Node(),
-    extra_path: list[Path] = (),
+    extra_path: Sequence[Path] = (),
 ) -> scriptrun.Run:
     """The pod template's start script under a given environment (not remembered): for runs
     that change the environment or PATH of a pod."""

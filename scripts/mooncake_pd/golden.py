@@ -11,7 +11,7 @@ DEFAULTS = "defaults"
 
 def cases(values_dir: Path = paths.VALUES_DIR) -> dict[str, tuple[Path, ...]]:
     """Golden case name -> values files: the defaults, then each values/*.yaml."""
-    found = {DEFAULTS: ()}
+    found: dict[str, tuple[Path, ...]] = {DEFAULTS: ()}
     for path in sorted(values_dir.glob("*.yaml")):
         found[path.stem] = (path,)
     return found

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import copy
 import json
+from collections.abc import Callable
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -206,7 +207,7 @@ def _fix(node: Any) -> Any:
         return [_fix(v) for v in node]
     if not isinstance(node, dict):
         return node
-    out = {}
+    out: dict[str, Any] = {}
     for key, value in node.items():
         if key.startswith("x-kubernetes-"):
             continue
@@ -317,7 +318,7 @@ def _node(schema: dict[str, Any], path: str) -> dict[str, Any]:
     return node
 
 
-def _strings(node: dict[str, Any], path: str, visit) -> None:
+def _strings(node: dict[str, Any], path: str, visit: Callable[[dict[str, Any], str], None]) -> None:
     """Call visit(node, path) for every string-typed value schema the values schema declares."""
     kinds = node.get("type")
     kinds = kinds if isinstance(kinds, list) else [kinds]

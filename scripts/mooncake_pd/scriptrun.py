@@ -9,7 +9,7 @@ import shlex
 import subprocess
 import sys
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -77,7 +77,7 @@ def run(
     script: str,
     env: dict[str, str],
     *,
-    extra_path: list[Path] = (),
+    extra_path: Sequence[Path] = (),
     beside: Mapping[str, str] | None = None,
     node: Mapping[str, NodeFile] | None = None,
 ) -> Run:

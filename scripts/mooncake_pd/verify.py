@@ -241,7 +241,7 @@ def assess(snapshot: Snapshot) -> Report:
             )
         )
     roles = {_labels(p).get(f"{LABEL}/role") for p in snapshot.pods}
-    by_role: dict[str, Markers] = {}
+    by_role: dict[str | None, Markers] = {}  # None: pods without a role label
     for role in roles:
         lines = [
             line
@@ -295,9 +295,11 @@ def _generation_check(decode: Markers, role: str) -> Check:
 
 
 # ---- Kubernetes I/O -------------------------------------------------------------------
+# The API clients are typed Any: the client's models declare every field Optional, and this code
+# reads objects the API server filled in (the tests pass stand-ins).
 
 
-def load_clients(context: str | None = None):
+def load_clients(context: str | None = None) -> tuple[Any, Any]:
     """CoreV1Api and CustomObjectsApi from the kubeconfig (or in-cluster); VerifyError without one."""
     from kubernetes import client, config
     from kubernetes.config.config_exception import ConfigException
@@ -312,7 +314,7 @@ def load_clients(context: str | None = None):
     return client.CoreV1Api(), client.CustomObjectsApi()
 
 
-def find_modelserving(custom, release: str, namespace: str) -> dict[str, Any]:
+def find_modelserving(custom: Any, release: str, namespace: str) -> dict[str, Any]:
     from kubernetes.client.exceptions import ApiException
 
     try:
@@ -334,7 +336,9 @@ def find_modelserving(custom, release: str, namespace: str) -> dict[str, Any]:
     return items[0]
 
 
-def _forwarded_request(core, namespace: str, pod: str, port: int, path: str, body: bytes, timeout: float) -> Response:
+def _forwarded_request(
+    core: Any, namespace: str, pod: str, port: int, path: str, body: bytes, timeout: float
+) -> Response:
     from kubernetes.stream import portforward
 
     forward = portforward(core.connect_get_namespaced_pod_portforward, pod, namespace, ports=str(port))
@@ -344,7 +348,7 @@ def _forwarded_request(core, namespace: str, pod: str, port: int, path: str, bod
     return _post(connection, path, body)
 
 
-def _forwarded_get(core, namespace: str, pod: str, port: int, path: str, timeout: float) -> str:
+def _forwarded_get(core: Any, namespace: str, pod: str, port: int, path: str, timeout: float) -> str:
     from kubernetes.stream import portforward
 
     forward = portforward(core.connect_get_namespaced_pod_portforward, pod, namespace, ports=str(port))
@@ -378,7 +382,7 @@ def _post(connection: http.client.HTTPConnection, path: str, body: bytes) -> Res
     return Response(answer.status, payload)
 
 
-def send_request(core, modelserving, url: str | None, model: str, timeout: float) -> Response:
+def send_request(core: Any, modelserving: dict[str, Any], url: str | None, model: str, timeout: float) -> Response:
     """The guide's chat request, to --url or through a port-forward to the router's Service."""
     body = json.dumps(
         {"model": model, "messages": [{"role": "user", "content": "Hello, how are you?"}], "max_tokens": 100}
@@ -387,6 +391,8 @@ def send_request(core, modelserving, url: str | None, model: str, timeout: float
         from urllib.parse import urlsplit
 
         parts = urlsplit(url)
+        if not parts.hostname:
+            raise ValueError(f"--url {url!r} names no host (give it as http://HOST[:PORT])")
         connection = http.client.HTTPConnection(parts.hostname, parts.port or 80, timeout=timeout)
         return _post(connection, (parts.path.rstrip("/") or "") + "/v1/chat/completions", body)
     namespace = modelserving["metadata"]["namespace"]
@@ -403,8 +409,8 @@ def send_request(core, modelserving, url: str | None, model: str, timeout: float
 
 
 def collect(
-    core,
-    custom,
+    core: Any,
+    custom: Any,
     release: str,
     namespace: str,
     *,

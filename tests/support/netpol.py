@@ -55,7 +55,12 @@ def _port_admits(ports: list[dict[str, Any]] | None, port: int, named: dict[str,
             continue
         if "port" not in entry:
             return True
-        start = named.get(entry["port"], entry["port"]) if isinstance(entry["port"], str) else entry["port"]
+        if isinstance(entry["port"], str):  # a named port admits nothing where no container has it
+            if entry["port"] not in named:
+                continue
+            start = named[entry["port"]]
+        else:
+            start = entry["port"]
         if start <= port <= entry.get("endPort", start):
             return True
     return False

@@ -9,7 +9,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import replace
 from fractions import Fraction
-from typing import Any
+from typing import Any, cast
 
 import yaml
 
@@ -149,7 +149,7 @@ def defaulted_behavior(behavior: Mapping[str, Any] | None) -> dict[str, Any]:
             "scaleUp": {"stablePolicy": dict(_MUTATOR_STABLE_UP), "panicPolicy": dict(_MUTATOR_PANIC)},
             "scaleDown": down,
         }
-    stable = up.get("stablePolicy")
+    stable = up.get("stablePolicy") or {}
     if _stable_is_zero(stable):
         stable = dict(_MUTATOR_STABLE_UP)
     elif stable.get("stabilizationWindow") is None:
@@ -286,6 +286,7 @@ def _ratio(c: Mapping[str, Any], roles: Mapping[str, Role]) -> RatioConstraint:
     for key, role in (("numeratorRole", num), ("denominatorRole", den)):
         if role not in roles:  # validator:282-289
             raise AutoscaleError(f"{where}.{key}: {role!r} is not one of the roles {sorted(roles)}")
+    num, den = cast(str, num), cast(str, den)  # role names: the loop above checked them
     lo = parse_quantity(c.get("minRatio"), f"{where}.minRatio")
     hi = parse_quantity(c.get("maxRatio"), f"{where}.maxRatio")
     n, d = roles[num], roles[den]

@@ -91,10 +91,10 @@ def series_from_rows(policy: Policy, rows: Sequence[Mapping[str, Any]]) -> list[
             else:
                 metrics.setdefault(role, {})[key] = value
         samples.append(Sample(t, metrics, unready))
-    for role in policy.roles:
-        if role.metrics and not any((role.name, m.name) in seen for m in role.metrics):
-            wanted = ", ".join(f"{role.name}/{m.name}" for m in role.metrics)
-            raise AutoscaleError(f"no column gives role {role.name}'s metrics (expected one of: {wanted})")
+    for r in policy.roles:
+        if r.metrics and not any((r.name, m.name) in seen for m in r.metrics):
+            wanted = ", ".join(f"{r.name}/{m.name}" for m in r.metrics)
+            raise AutoscaleError(f"no column gives role {r.name}'s metrics (expected one of: {wanted})")
     return samples
 
 
