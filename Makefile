@@ -95,9 +95,10 @@ schema: $(STAMP) ## Type the pass-through Kubernetes fields in chart/values.sche
 docs: $(STAMP) ## Regenerate the values reference (docs/values.md) from chart/values.schema.json.
 	$(PY) -m mooncake_pd docs
 
-lint: $(TEST_STAMP) helm ## What ct lint does, locally: helm lint --strict per chart/ci file under helm 3 and 4, yamllint, Chart.yaml and version bump; plus ruff.
+lint: $(TEST_STAMP) helm ## What ct lint does, locally: helm lint --strict per chart/ci file under helm 3 and 4, yamllint, Chart.yaml and version bump; plus ruff and mypy.
 	$(VENV)/bin/ruff check scripts tests chart/files
 	$(VENV)/bin/ruff format --check scripts tests chart/files
+	$(PY) -m mypy
 	$(VENV)/bin/yamllint --strict .
 	for v in $(HELM_VERSIONS); do for f in chart/ci/*-values.yaml; do \
 	  .tools/helm/$$v/helm lint --strict chart --values $$f || exit 1; done; done

@@ -5,4 +5,5 @@ NetworkPolicy semantics (netpol), stand-in nodes (nodes), the stand-in OpenAI se
 proxy's command line (proxyargs).
 
 The tests import it as `support`: pytest's default import mode puts tests/, the folder of
-conftest.py and of the test modules (not a package), on sys.path."""
+conftest.py and of the test modules (not a package), on sys.path. mypy checks it
+(pyproject.toml, [tool.mypy])."""
