@@ -30,11 +30,17 @@ TPU_ROW = {
     "devicePattern": "accel",
     "engineVersion": "v0.13.0",
     "imageTag": None,
+    "deviceVariants": {},
+    "handWritten": None,
 }
 TPU_FAMILY = {
     "connectors": ["NixlConnector"],
     "kvBufferDevices": {"allowed": ["cpu"], "default": "cpu", "refusal": "has no CUDA device"},
-    "nic": {"comment": "Gloo sockets use the pod's NIC.", "addressEnv": ["TPU_HOST_IP"], "interfaceEnv": ["GLOO_SOCKET_IFNAME"]},
+    "nic": {
+        "comment": "Gloo sockets use the pod's NIC.",
+        "addressEnv": ["TPU_HOST_IP"],
+        "interfaceEnv": ["GLOO_SOCKET_IFNAME"],
+    },
     "hostMounts": [{"name": "tpu-env", "mountPath": "/etc/tpu-env", "hostFile": "tpuEnv"}],
     "settingsEnv": False,
     "valuesEnv": {},
@@ -159,7 +165,9 @@ def test_an_unknown_family_or_engine_version_is_refused(render: Renderer, tmp_pa
         table["accelerators"]["nvidia"]["engineVersion"] = "v9.9.9"
 
     chart = chart_with(tmp_path, break_rows)
-    message = str(pytest.raises(helm.HelmError, helm.template, render.binary, chart=chart).value)
+    with pytest.raises(helm.HelmError) as refused:
+        helm.template(render.binary, chart=chart)
+    message = str(refused.value)
     assert 'accelerators.ascend-a2.family: "rocm" has no row in families' in message
     assert 'accelerators.nvidia.engineVersion: "v9.9.9" has no row in engines' in message
     assert profiles.check(yaml.safe_load(profiles.profiles_file(chart).read_text()))
@@ -178,7 +186,8 @@ def test_templates_do_not_branch_on_a_family_or_connector_name():
     """Every such fact is a field of profiles.yaml: a family or connector name compared in a
     template would be the branch a new profile silently falls through."""
     names = {*profiles.load()["families"], *profiles.load()["engines"]["v0.13.0"]["connectors"]}
-    pattern = re.compile(r'(eq|ne|hasPrefix)[^}]*"(%s)"' % "|".join(map(re.escape, sorted(names))))
+    alternatives = "|".join(map(re.escape, sorted(names)))
+    pattern = re.compile(r'(eq|ne|hasPrefix)[^}]*"(' + alternatives + ')"')
     offending = [
         f"{path.relative_to(paths.CHART)}: {m.group(0)}"
         for path in sorted((paths.CHART / "templates").rglob("*"))

@@ -12,7 +12,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from mooncake_pd import scriptrun
+from mooncake_pd import profiles, scriptrun
 from mooncake_pd.manifests import Manifest, one
 
 KTHENA = "modelserving.volcano.sh"
@@ -104,15 +104,28 @@ def script_of(objects: list[Manifest], template: dict[str, Any]) -> str:
 
 
 def beside_script(objects: list[Manifest], template: dict[str, Any]) -> dict[str, str]:
-    """The files mounted next to the script: the preflight program, when rendered."""
-    data, _ = _scripts_configmap(objects, template)
-    return {name: data[name] for name in ("preflight.py",) if name in data}
+    """The files the container mounts next to its script from the same ConfigMap (the programs
+    of chart/files it runs: the connector config's engine_id, the preflight when rendered), as
+    the pod sees them."""
+    data, script = _scripts_configmap(objects, template)
+    container = template["spec"]["containers"][0]
+    folder = str(Path(container["args"][0]).parent)
+    return {
+        m["subPath"]: data[m["subPath"]]
+        for m in container.get("volumeMounts", [])
+        if m.get("subPath") and m["subPath"] != script and str(Path(m["mountPath"]).parent) == folder
+    }
 
 
 # A config.json with nothing for the preflight to derive or check: for runs where the model is
 # not the point (the render summary, topology tests).
 STAND_IN_MODEL = json.dumps({"architectures": ["stand-in: the model is not read here"]})
-DEVICE_PATTERNS = {"huawei.com/": "davinci", "nvidia.com/": "nvidia"}
+
+
+def device_patterns() -> dict[str, str]:
+    """Device resource -> the /dev/<pattern>N files its device plugin mounts, of every profile
+    with a device (chart/files/profiles.yaml)."""
+    return {p.resource_name: str(p.row["devicePattern"]) for p in profiles.all_profiles().values() if p.resource_name}
 
 
 @dataclass(frozen=True)
@@ -148,8 +161,8 @@ def node_files(container: dict[str, Any], env: dict[str, str], node: Node) -> di
     if env.get("MODEL_LOCATION") and node.model_config is not None:
         files[f"{env['MODEL_LOCATION']}/config.json"] = scriptrun.NodeFile(node.model_config)
     limits = (container.get("resources") or {}).get("limits") or {}
-    for prefix, pattern in DEVICE_PATTERNS.items():
-        requested = sum(int(v) for k, v in limits.items() if k.startswith(prefix))
+    for resource, pattern in device_patterns().items():
+        requested = int(limits.get(resource, 0))
         if requested:
             count = requested if node.devices is None else node.devices
             files.update({f"/dev/{pattern}{i}": scriptrun.NodeFile("") for i in range(count)})

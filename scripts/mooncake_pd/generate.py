@@ -12,7 +12,7 @@ from typing import Any
 import yaml
 
 from mooncake_pd import model as modelmod
-from mooncake_pd import paths
+from mooncake_pd import paths, profiles
 from mooncake_pd.errors import MooncakePdError
 
 ROLES = ("prefill", "decode")
@@ -27,23 +27,29 @@ class Accelerator:
     devices_per_node: int
     hbm_gib: float
     family: str
+    # --additional-config is read there (vLLM-Ascend); elsewhere generate drops the default's.
+    additional_config: bool = True
+    # Devices of this type with other memory sizes (`--gpu`): name -> GiB.
+    variants: dict[str, float] = field(default_factory=dict)
 
 
-# Must agree with the chart's profiles (mooncake-pd.accelerator) but cpu; a test checks it.
+# The chart's profiles (chart/files/profiles.yaml), but those whose values are written by hand
+# (the cpu profile has no device memory to estimate: its KV cache is a size in host memory).
+_PROFILES = profiles.all_profiles()
 ACCELERATORS = {
-    "ascend-a3": Accelerator("ascend-a3", 16, 64, "ascend"),
-    "ascend-a2": Accelerator("ascend-a2", 8, 64, "ascend"),
-    "nvidia": Accelerator("nvidia", 8, 80, "nvidia"),
+    name: Accelerator(
+        name,
+        p.devices_per_node,
+        p.device_memory_gib,
+        p.family_name,
+        bool(p.family["additionalConfig"]),
+        {k: float(v) for k, v in p.row["deviceVariants"].items()},
+    )
+    for name, p in _PROFILES.items()
+    if not p.row["handWritten"]
 }
-# The chart's cpu profile has no device memory to estimate: its KV cache is a size in host memory
-# (accelerator.cpu.kvCacheSpaceGiB), so its values are written by hand.
-HAND_WRITTEN = {
-    "cpu": "the cpu profile's KV cache is accelerator.cpu.kvCacheSpaceGiB of host memory, not an "
-    "estimate of device memory: start from values/qwen2.5-0.5b-instruct-cpu-1p1d.yaml and edit it by hand"
-}
-# Device memory of NVIDIA GPUs (GiB), for the KV estimate; --gpu picks one.
-NVIDIA_GPUS = {"h100": 80, "h200": 141, "h20": 96, "a100-80gb": 80, "l40s": 48}
-# vLLM-Ascend-only flags of the chart defaults, dropped (null) on NVIDIA.
+HAND_WRITTEN = {name: str(p.row["handWritten"]) for name, p in _PROFILES.items() if p.row["handWritten"]}
+# What a profile without additional_config drops (null) from the chart defaults' args.
 ASCEND_ONLY_ARGS = ("additional-config",)
 
 
@@ -272,7 +278,7 @@ def generate(
                 "dataLocal": t.data_local if (role == "prefill" or t.nodes > 1) else None,
             },
         }
-        if profile.family == "nvidia":
+        if not profile.additional_config:
             values[role]["args"] = {flag: None for flag in ASCEND_ONLY_ARGS}
     keys, result = derived(model, merged(defaults, values), force=force, hbm_gib=hbm_gib, fixed_head_dim=fixed_head_dim)
     for key, value in keys.items():

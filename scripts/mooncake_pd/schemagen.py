@@ -25,7 +25,7 @@ from typing import Any
 
 import kubernetes_validate
 
-from mooncake_pd import manifests, paths
+from mooncake_pd import manifests, paths, profiles
 
 KUBERNETES_FLOOR = "1.27.0"
 DEFS = "$defs"
@@ -365,12 +365,29 @@ def generate(schema: dict[str, Any]) -> dict[str, Any]:
         ]
         node["allOf"] = [*others, rule]
 
+    accelerator_type(out)
     _strings(out, "", no_control)
     _required(out, "")
     out[DEFS] = definitions({d for d in K8S_FIELDS.values()})
     for definition in out[DEFS].values():
         _strings(definition, "", no_control)
     return out
+
+
+def accelerator_type(schema: dict[str, Any]) -> None:
+    """accelerator.type: one of the profiles of chart/files/profiles.yaml, each described there."""
+    node = _node(schema, "accelerator.type")
+    rows = profiles.all_profiles()
+    node["enum"] = list(rows)
+    devices = {
+        n: f"{p.resource_name}, {p.devices_per_node} per node" if p.resource_name else "no device"
+        for n, p in rows.items()
+    }
+    described = "; ".join(f"`{name}`: {p.row['description']} ({devices[name]})" for name, p in rows.items())
+    node["description"] = (
+        "The accelerator profile (a row of chart/files/profiles.yaml): device resource, image, KV connector, "
+        f"NIC variables and host mounts. {described}."
+    )
 
 
 def schema_path() -> Path:

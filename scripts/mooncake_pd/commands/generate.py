@@ -83,9 +83,8 @@ def header_command(text: str) -> list[str]:
 def _device_memory(args: argparse.Namespace) -> float | None:
     if args.device_memory_gib:
         return args.device_memory_gib
-    if args.accelerator == "nvidia":
-        return gen.NVIDIA_GPUS[args.gpu]
-    return None
+    variants = gen.ACCELERATORS[args.accelerator].variants
+    return variants[args.gpu] if variants else None
 
 
 def run(args: argparse.Namespace) -> int:
@@ -141,11 +140,13 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="accelerator profile (default: ascend-a3); the chart's cpu profile has no device memory "
         "to estimate, so its values are written by hand (values/qwen2.5-0.5b-instruct-cpu-1p1d.yaml)",
     )
+    with_variants = sorted(name for name, a in gen.ACCELERATORS.items() if a.variants)
     generate.add_argument(
         "--gpu",
-        choices=sorted(gen.NVIDIA_GPUS),
+        choices=sorted({v for a in gen.ACCELERATORS.values() for v in a.variants}),
         default="h100",
-        help="with --accelerator nvidia: the GPU, for its memory in the estimate (default: h100)",
+        help=f"with --accelerator {' or '.join(with_variants)}: the device, for its memory in the estimate "
+        "(default: h100; chart/files/profiles.yaml deviceVariants)",
     )
     generate.add_argument(
         "--device-memory-gib",
