@@ -160,7 +160,16 @@ def test_download_init_container(render: Renderer, crds):
         env = {e["name"]: e for e in init["env"]}
         assert env["HF_TOKEN"]["valueFrom"] == {"secretKeyRef": {"name": "hf-token", "key": "token"}}
         assert env["DOWNLOAD_REPO"]["value"] == "deepseek-ai/DeepSeek-R1-Distill-Qwen-1.5B"
-        assert "hf-token" not in " ".join(init["args"] + init["command"])
+        assert "hf-token" not in " ".join(init.get("args", []) + init["command"])
+        # The program is chart/files/download_model.py, mounted from the scripts ConfigMap.
+        assert init["command"] == ["python3", "/workspace/download_model.py"]
+        program = next(m for m in init["volumeMounts"] if m["name"] == "scripts")
+        assert program == {
+            "name": "scripts",
+            "mountPath": "/workspace/download_model.py",
+            "subPath": "download_model.py",
+            "readOnly": True,
+        }
         volume = next(v for v in pod["volumes"] if v["name"] == "model")
         assert volume["emptyDir"] == {"sizeLimit": "20Gi"}
         main = {m["name"]: m for m in pod["containers"][0]["volumeMounts"]}
@@ -195,7 +204,10 @@ def snapshot_download(repo_id, revision, local_dir):
 
 def test_download_program_fetches_once(render: Renderer, tmp_path: Path):
     """Runs the init container's own program against a stand-in huggingface_hub."""
-    init = render(overrides=DOWNLOAD).role("prefill")["entryTemplate"]["spec"]["initContainers"][0]
+    rendered = render(overrides=DOWNLOAD)
+    init = rendered.role("prefill")["entryTemplate"]["spec"]["initContainers"][0]
+    program = tmp_path / "download_model.py"
+    program.write_text(rendered.one("ConfigMap", "deepseek-pd-scripts")["data"]["download_model.py"])
     fake = tmp_path / "fake"
     (fake / "huggingface_hub").mkdir(parents=True)
     (fake / "huggingface_hub" / "__init__.py").write_text(textwrap.dedent(FAKE_HUB))
@@ -211,9 +223,8 @@ def test_download_program_fetches_once(render: Renderer, tmp_path: Path):
             "PATH": os.environ["PATH"],
         }
     )
-    program = init["args"][0]
     for _ in range(2):
-        proc = subprocess.run([sys.executable, "-c", program], env=env, capture_output=True, text=True)
+        proc = subprocess.run([sys.executable, str(program)], env=env, capture_output=True, text=True)
         assert proc.returncode == 0, proc.stderr
     assert "no download" in proc.stdout
     assert calls.read_text().splitlines() == ['["deepseek-ai/DeepSeek-R1-Distill-Qwen-1.5B", "main", "secret-token"]']

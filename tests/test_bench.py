@@ -47,7 +47,14 @@ def run_job_script(rendered, tmp_path: Path) -> tuple[list[str], str]:
     assert container["command"] == ["/bin/bash", "-c"]
     results = tmp_path / "results"
     results.mkdir()
-    script = container["args"][0].replace("/results", str(results))
+    # The programs the Job mounts from the scripts ConfigMap at /workspace/<name>.
+    workspace = tmp_path / "workspace"
+    workspace.mkdir()
+    data = rendered.one("ConfigMap", "deepseek-pd-scripts")["data"]
+    for mount in container["volumeMounts"]:
+        if mount["name"] == "scripts":
+            (workspace / mount["subPath"]).write_text(data[mount["subPath"]])
+    script = container["args"][0].replace("/results", str(results)).replace("/workspace", str(workspace))
     stub = tmp_path / "bin" / "vllm"
     stub.parent.mkdir()
     stub.write_text(STUB.replace("{python}", sys.executable))
@@ -98,7 +105,7 @@ def test_job_spec(render: Renderer):
     assert not set(container["resources"]["limits"]) & {"huawei.com/ascend-1980", "nvidia.com/gpu"}
     mounts = {m["mountPath"]: m for m in container["volumeMounts"]}
     assert mounts["/models"]["readOnly"] is True
-    assert {v["name"] for v in pod["volumes"]} == {"results", "tmp", "model"}
+    assert {v["name"] for v in pod["volumes"]} == {"results", "tmp", "model", "scripts"}
     assert json.loads(job(rendered)["metadata"]["annotations"]["mooncake-pd/benchmark-workload"])["numPrompts"] == 200
 
 

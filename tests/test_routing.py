@@ -8,6 +8,7 @@ import subprocess
 import sys
 import threading
 from http.server import BaseHTTPRequestHandler, HTTPServer
+from pathlib import Path
 from typing import ClassVar
 
 import pytest
@@ -148,10 +149,21 @@ class _Backend(BaseHTTPRequestHandler):
     [(200, "I am fine, thank you.", True), (200, "", False), (500, "boom", False)],
     ids=["completion", "empty-completion", "http-500"],
 )
-def test_helm_test_script_judges_the_answer(defaults: Rendered, status: int, content: str, passes: bool):
-    """Runs the test pod's own program against a local stand-in router."""
+def test_helm_test_script_judges_the_answer(
+    defaults: Rendered, tmp_path: Path, status: int, content: str, passes: bool
+):
+    """Runs the test pod's own program (chart/files/chat_check.py, as the scripts ConfigMap
+    mounts it) against a local stand-in router."""
     container = defaults.one("Pod", "deepseek-pd-test")["spec"]["containers"][0]
-    assert container["command"] == ["python3", "-c"]
+    assert container["command"] == ["python3", "/workspace/chat_check.py"]
+    assert {
+        "name": "scripts",
+        "mountPath": "/workspace/chat_check.py",
+        "subPath": "chat_check.py",
+        "readOnly": True,
+    } in (container["volumeMounts"])
+    program = tmp_path / "chat_check.py"
+    program.write_text(defaults.one("ConfigMap", "deepseek-pd-scripts")["data"]["chat_check.py"])
     env = {e["name"]: e["value"] for e in container["env"]}
     _Backend.status = status
     _Backend.body = {"choices": [{"message": {"role": "assistant", "content": content}}]}
@@ -161,9 +173,7 @@ def test_helm_test_script_judges_the_answer(defaults: Rendered, status: int, con
     thread.start()
     try:
         env["CHAT_URL"] = f"http://127.0.0.1:{server.server_port}/v1/chat/completions"
-        proc = subprocess.run(
-            [sys.executable, "-c", container["args"][0]], env=env, capture_output=True, text=True, timeout=60
-        )
+        proc = subprocess.run([sys.executable, str(program)], env=env, capture_output=True, text=True, timeout=60)
     finally:
         server.shutdown()
     assert (proc.returncode == 0) is passes, proc.stdout + proc.stderr

@@ -166,7 +166,14 @@ def test_worker_pods_run_no_server(render: Renderer):
     assert {p["name"] for p in worker["ports"]} == {f"kv-{i}" for i in range(12)}
     assert worker["resources"]["limits"]["huawei.com/ascend-1980"] == "4"
     scripts = rendered.one("ConfigMap")["data"]
-    assert set(scripts) == {"prefill.sh", "decode.sh", "decode-worker.sh", "preflight.py"}
+    assert set(scripts) == {
+        "prefill.sh",
+        "decode.sh",
+        "decode-worker.sh",
+        "preflight.py",
+        "kv_transfer_config.py",
+        "chat_check.py",
+    }
 
 
 def test_scheduling_and_placement(render: Renderer, crds):

@@ -31,10 +31,7 @@ records what is there, and a lock keeps pods sharing a claim from downloading to
 - name: download-model
   image: {{ include "mooncake-pd.profile.image" . | toJson }}
   imagePullPolicy: {{ .Values.image.pullPolicy }}
-  command: ["python3", "-c"]
-  args:
-  - |
-    {{- include "mooncake-pd.model.downloadProgram" . | nindent 4 }}
+  command: ["python3", "/workspace/download_model.py"]
   env:
   - name: MODEL_LOCATION
     value: {{ .Values.model.path | toJson }}
@@ -63,6 +60,7 @@ records what is there, and a lock keeps pods sharing a claim from downloading to
   volumeMounts:
   - name: model
     mountPath: {{ .Values.model.storage.mountPath | toJson }}
+  {{- include "mooncake-pd.programs.mount" "download_model.py" | nindent 2 }}
 {{- end }}
 
 {{/* model.download.revision, or the hub's default branch: ModelScope's is master (modelscope
@@ -71,32 +69,4 @@ Hugging Face's main. */}}
 {{- define "mooncake-pd.model.downloadRevision" -}}
 {{- $download := .Values.model.download -}}
 {{- default (ternary "master" "main" (eq $download.hub "modelscope")) $download.revision -}}
-{{- end }}
-
-{{- define "mooncake-pd.model.downloadProgram" -}}
-# Fetches DOWNLOAD_REPO@DOWNLOAD_REVISION into MODEL_LOCATION unless a marker says it is there.
-import fcntl, os, pathlib, sys
-target = pathlib.Path(os.environ["MODEL_LOCATION"])
-hub, repo, revision = (os.environ[k] for k in ("DOWNLOAD_HUB", "DOWNLOAD_REPO", "DOWNLOAD_REVISION"))
-wanted = f"{hub}:{repo}@{revision}"
-marker = target / ".mooncake-pd-download"
-target.parent.mkdir(parents=True, exist_ok=True)
-with open(target.parent / f".{target.name}.lock", "w") as lock:
-    fcntl.flock(lock, fcntl.LOCK_EX)
-    if marker.is_file() and marker.read_text().strip() == wanted:
-        print(f"{target} already holds {wanted}; no download", flush=True)
-        sys.exit(0)
-    print(f"downloading {wanted} into {target}", flush=True)
-    target.mkdir(exist_ok=True)
-    if hub == "modelscope":
-        from modelscope import snapshot_download
-        if os.environ.get("MODELSCOPE_API_TOKEN"):
-            from modelscope.hub.api import HubApi
-            HubApi().login(os.environ["MODELSCOPE_API_TOKEN"])
-        snapshot_download(repo, revision=revision, local_dir=str(target))
-    else:
-        from huggingface_hub import snapshot_download  # reads HF_TOKEN itself
-        snapshot_download(repo_id=repo, revision=revision, local_dir=str(target))
-    marker.write_text(wanted + "\n")
-    print(f"downloaded {wanted}", flush=True)
 {{- end }}

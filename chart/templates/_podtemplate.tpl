@@ -25,6 +25,8 @@ metadata:
     {{- if $root.Values.engine.preflight.enabled }}
     checksum/preflight: {{ $root.Files.Get "files/preflight.py" | sha256sum }}
     {{- end }}
+    # ... and so does a change to the other programs it runs (chart/files).
+    checksum/programs: {{ include "mooncake-pd.programs.checksum" (dict "root" $root "names" (concat (list "kv_transfer_config.py") (ternary (list "download_model.py") list (eq $root.Values.model.storage.type "download")))) }}
 spec:
   hostNetwork: true
   # Host network pods need this to resolve cluster Services (and ENTRY_ADDRESS).
@@ -146,11 +148,9 @@ spec:
       mountPath: {{ printf "/workspace/%s" $script | toJson }}
       subPath: {{ $script | toJson }}
       readOnly: true
+    {{- include "mooncake-pd.programs.mount" "kv_transfer_config.py" | nindent 4 }}
     {{- if $root.Values.engine.preflight.enabled }}
-    - name: scripts
-      mountPath: /workspace/preflight.py
-      subPath: preflight.py
-      readOnly: true
+    {{- include "mooncake-pd.programs.mount" "preflight.py" | nindent 4 }}
     {{- end }}
   volumes:
   {{- include "mooncake-pd.model.volume" $root | nindent 2 }}
@@ -163,8 +163,5 @@ spec:
       path: {{ get $root.Values.hostFiles .hostFile | toJson }}
       type: File
   {{- end }}
-  - name: scripts
-    configMap:
-      name: {{ include "mooncake-pd.names.scripts" $root }}
-      defaultMode: 0444
+  {{- include "mooncake-pd.programs.volume" $root | nindent 2 }}
 {{- end }}

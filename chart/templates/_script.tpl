@@ -33,7 +33,7 @@ export {{ $k }}={{ include "mooncake-pd.util.shellQuote" (include "mooncake-pd.u
 {{- include "mooncake-pd.kvtransfer.env" . }}
 {{ include "mooncake-pd.script.engineIdExport" . }}
 # The connector config is JSON rendered by the chart; engine_id is added here as data.
-kv_transfer_config="$(python3 -c 'import json, os, sys; c = json.loads(sys.argv[1]); c["engine_id"] = os.environ["MOONCAKE_ENGINE_ID"]; print(json.dumps(c))' {{ include "mooncake-pd.util.shellQuote" (include "mooncake-pd.kvtransfer.config" .) }})"
+kv_transfer_config="$(python3 "$(dirname "$0")/kv_transfer_config.py" {{ include "mooncake-pd.util.shellQuote" (include "mooncake-pd.kvtransfer.config" .) }})"
 {{- $multiNode := gt (int $v.workerReplicas) 0 }}
 {{- $dpAddress := ternary "\"${ENTRY_ADDRESS}\"" "\"${POD_IP}\"" $multiNode }}
 {{- if .worker }}

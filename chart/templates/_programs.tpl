@@ -1,0 +1,42 @@
+{{/*
+The programs pods run (chart/files/*.py, linted and tested as modules in the repository): each
+is a key of the scripts ConfigMap, mounted at /workspace/<name> where it runs.
+*/}}
+
+{{/* The programs this release's pods run, as JSON: ConfigMap key -> text. Every engine runs
+kv_transfer_config.py (and preflight.py with engine.preflight.enabled, download_model.py in the
+download init container); the helm test pod chat_check.py; the benchmark Job bench_result.py. */}}
+{{- define "mooncake-pd.programs.files" -}}
+{{- $names := list "kv_transfer_config.py" -}}
+{{- if .Values.engine.preflight.enabled }}{{ $names = append $names "preflight.py" }}{{ end -}}
+{{- if eq .Values.model.storage.type "download" }}{{ $names = append $names "download_model.py" }}{{ end -}}
+{{- if and .Values.test.enabled (ne .Values.router.type "none") }}{{ $names = append $names "chat_check.py" }}{{ end -}}
+{{- if .Values.benchmark.enabled }}{{ $names = append $names "bench_result.py" }}{{ end -}}
+{{- $files := dict -}}
+{{- range $name := $names }}{{ $_ := set $files $name ($.Files.Get (printf "files/%s" $name)) }}{{ end -}}
+{{- toJson $files -}}
+{{- end }}
+
+{{/* A pod's volume of the scripts ConfigMap (read-only files). */}}
+{{- define "mooncake-pd.programs.volume" -}}
+- name: scripts
+  configMap:
+    name: {{ include "mooncake-pd.names.scripts" . }}
+    defaultMode: 0444
+{{- end }}
+
+{{/* The mount of one program at /workspace/<name>. (the ConfigMap key) */}}
+{{- define "mooncake-pd.programs.mount" -}}
+- name: scripts
+  mountPath: {{ printf "/workspace/%s" . | toJson }}
+  subPath: {{ . | toJson }}
+  readOnly: true
+{{- end }}
+
+{{/* The sha256 of the programs a pod runs, so a change to one rolls the pods that run it.
+(dict "root" $ "names" (list "kv_transfer_config.py" ...)) */}}
+{{- define "mooncake-pd.programs.checksum" -}}
+{{- $texts := list -}}
+{{- range $name := .names }}{{ $texts = append $texts ($.root.Files.Get (printf "files/%s" $name)) }}{{ end -}}
+{{- join "\n" $texts | sha256sum -}}
+{{- end }}
