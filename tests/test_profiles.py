@@ -116,6 +116,8 @@ def test_a_profile_of_a_new_family_renders_from_data_alone(render: Renderer, tpu
     # The preflight looks for this family's devices, not NVIDIA's.
     settings = preflight_settings(script)
     assert settings["devicePattern"] == "accel" and settings["family"] == "tpu"
+    # ... and checks no NPU network: the profile mounts no hccn.conf.
+    assert "hccnConf" not in settings and "hccnTool" not in settings
 
 
 def test_the_new_familys_preflight_counts_its_own_device_files(render: Renderer, tpu_chart: Path):

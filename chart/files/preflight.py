@@ -283,7 +283,8 @@ def run(settings: dict, env: dict) -> tuple[str, str, list[str]]:
     if checks["devices"]:
         note, devices = check_devices(settings)
         notes.append(note)
-    if settings["family"] == "ascend" and checks["hccn"] != "off":
+    # The NPU network check, where the profile mounts hccn.conf (the Ascend ones).
+    if "hccnConf" in settings and checks["hccn"] != "off":
         notes.append(check_hccn(settings, devices, warnings))
     summary = f"{PREFIX} ok: {settings['role']}: " + "; ".join(notes)
     return (json.dumps(overrides, separators=(",", ":")) if overrides else ""), summary, warnings

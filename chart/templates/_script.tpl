@@ -113,10 +113,12 @@ values key each check answers to. Context: (dict "root" $ "role" "prefill"). */}
   "kvPorts" (dict "start" (int $v.kvPort) "perRank" $perRank "key" (printf "%s.kvPort" .role))
   "family" $profile.family
   "devicePattern" $profile.devicePattern
-  "hccnConf" (get $mounts "hccnConf" | default "/etc/hccn.conf")
-  "hccnTool" (get $mounts "hccnTool" | default "/usr/local/Ascend/driver/tools/hccn_tool")
   "checks" (deepCopy $root.Values.engine.preflight.checks)
 -}}
+{{- /* Where the profile mounts the NPU network files, the preflight checks them (hccn). */ -}}
+{{- range $key := list "hccnConf" "hccnTool" }}
+{{- with get $mounts $key }}{{ $_ := set $settings $key . }}{{ end }}
+{{- end }}
 {{- if not $profile.resourceName }}
 {{- /* No device to count (the cpu profile). */ -}}
 {{- $_ := set $settings.checks "devices" false }}
