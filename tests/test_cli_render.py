@@ -39,6 +39,23 @@ def test_render_writes_and_summarises(tmp_path: Path, version: str):
     assert len(summary.splitlines()) <= 24, "the summary must fit one screen"
 
 
+@pytest.mark.parametrize("values", sorted(paths.VALUES_DIR.glob("*.yaml")), ids=lambda p: p.stem)
+def test_every_preset_renders_and_summarises(tmp_path: Path, values: Path):
+    """`mooncake-pd render` on each values/ file: the manifests written and a summary of each
+    role's side channel, whatever its connector (kv_port, or the variable NIXL reads)."""
+    out = tmp_path / "deploy.yaml"
+    proc = cli("render", "--values", str(values), "--out", str(out))
+    assert proc.returncode == 0, proc.stderr
+    assert "Traceback" not in proc.stderr
+    objects = manifests.parse(out.read_text())
+    roles = manifests.one(objects, "ModelServing")["spec"]["template"]["roles"]
+    for role in roles:
+        replicas = role.get("replicas", "autoscaled")
+        assert f"{role['name']:<8} replicas {replicas} (+{role['workerReplicas']} workers)" in proc.stdout
+    side_channel = "kv_port" if "MooncakeConnectorV1" in proc.stdout else "VLLM_NIXL_SIDE_CHANNEL_PORT"
+    assert proc.stdout.count(f", {side_channel} ") == 2, proc.stdout
+
+
 def test_render_refuses_bad_values_and_writes_nothing(tmp_path: Path):
     out = tmp_path / "deploy.yaml"
     proc = cli("render", "--values", str(BAD), "--out", str(out))

@@ -2,8 +2,22 @@
 
 from __future__ import annotations
 
+from mooncake_pd import profiles
 from mooncake_pd.engines import EngineRun
 from mooncake_pd.manifests import Manifest, find, one
+
+
+def _side_channel(run: EngineRun) -> str:
+    """Where the connector's side channel listens: kv_port in its config, or the variable its
+    row of chart/files/profiles.yaml names (NIXL, upstream Mooncake)."""
+    kv = run.serve["flags"]["kv-transfer-config"]
+    if "kv_port" in kv:
+        return f"kv_port {kv['kv_port']}"
+    for engine in profiles.load()["engines"].values():
+        name = (engine["connectors"].get(kv["kv_connector"]) or {}).get("portEnv")
+        if name and name in run.run.env:
+            return f"{name} {run.run.env[name]}"
+    return "side channel port not set"
 
 
 def _accelerator(resources: dict) -> str:
@@ -25,8 +39,10 @@ def summarize(objects: list[Manifest], runs: list[EngineRun]) -> str:
         ports = {p["name"]: p["containerPort"] for p in container["ports"]}
         kv = sorted(v for k, v in ports.items() if k.startswith("kv-"))
         flags = by_role[role["name"]].serve["flags"]
+        # With autoscaling the chart leaves replicas to Kthena's autoscaler (the CRD starts at 1).
+        replicas = role.get("replicas", "autoscaled")
         lines.append(
-            f"  {role['name']:<8} replicas {role['replicas']} (+{role['workerReplicas']} workers), "
+            f"  {role['name']:<8} replicas {replicas} (+{role['workerReplicas']} workers), "
             f"TP {flags['tensor-parallel-size']} x DP {flags['data-parallel-size']}, "
             f"devices per pod {_accelerator(container['resources'])}"
         )
@@ -46,7 +62,7 @@ def summarize(objects: list[Manifest], runs: list[EngineRun]) -> str:
     )
     for run in runs:
         kv = run.serve["flags"]["kv-transfer-config"]
-        lines.append(f"  {run.role}: {kv['kv_role']}, kv_port {kv['kv_port']}, engine_id {kv['engine_id']}")
+        lines.append(f"  {run.role}: {kv['kv_role']}, {_side_channel(run)}, engine_id {kv['engine_id']}")
     proxies = [s for s in find(objects, "Service") if s["metadata"]["name"].endswith("-proxy")]
     for svc in proxies:
         port = svc["spec"]["ports"][0]["port"]
@@ -56,5 +72,5 @@ def summarize(objects: list[Manifest], runs: list[EngineRun]) -> str:
     if not proxies:
         lines.append("Proxy: none (router.type)")
     replica_services = [s["metadata"]["name"] for s in find(objects, "Service") if s not in proxies]
-    lines.append(f"Replica Services: {', '.join(replica_services)}")
+    lines.append(f"Replica Services: {', '.join(replica_services) or 'none'}")
     return "\n".join(line for line in lines if line)
