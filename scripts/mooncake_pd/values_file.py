@@ -99,6 +99,11 @@ def write_atomic(path: Path, text: str, *, backup: bool) -> Path | None:
             os.fsync(out.fileno())
         if path.exists():
             shutil.copymode(path, tmp)
+        else:
+            # mkstemp creates 0600; a new file gets the mode open() would give it (umask).
+            umask = os.umask(0)
+            os.umask(umask)
+            os.chmod(tmp, 0o666 & ~umask)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

@@ -1,0 +1,90 @@
+"""What a first try with the tool hits at its edges (issue #27 items 11 and 13): its version, a
+pipe closed early, the mode of the files it writes, which helm it uses outside a checkout, and
+the pinned helm download on a machine it has no binary for."""
+
+from __future__ import annotations
+
+import os
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from mooncake_pd import paths, values_file
+
+
+def cli(*args: str, **kwargs) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "mooncake_pd", *args], capture_output=True, text=True, **kwargs)
+
+
+def test_version_names_the_tool_and_the_chart():
+    proc = cli("--version")
+    assert proc.returncode == 0
+    chart = next(line for line in (paths.CHART / "Chart.yaml").read_text().splitlines() if line.startswith("version:"))
+    assert proc.stdout.startswith("mooncake-pd ") and f"chart mooncake-pd {chart.split()[1]}" in proc.stdout
+
+
+def test_a_reader_that_goes_away_ends_no_traceback(tmp_path: Path):
+    """`mooncake-pd render ... | head -1`: the tool stops quietly when its reader closes."""
+    tool = subprocess.Popen(
+        [sys.executable, "-m", "mooncake_pd", "render", "--out", str(tmp_path / "d.yaml")],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        cwd=paths.REPO,
+    )
+    assert tool.stdout is not None and tool.stderr is not None
+    tool.stdout.read(1)
+    tool.stdout.close()  # what head does after its line
+    stderr = tool.stderr.read().decode()
+    assert tool.wait(timeout=120) == 141, stderr
+    assert "Traceback" not in stderr and "BrokenPipeError" not in stderr
+
+
+def test_a_new_file_gets_the_umask_mode_and_an_old_one_keeps_its_own(tmp_path: Path):
+    old_mask = os.umask(0o022)
+    try:
+        new = tmp_path / "values.yaml"
+        values_file.write_atomic(new, "a: 1\n", backup=False)
+        assert stat.S_IMODE(new.stat().st_mode) == 0o644
+        new.chmod(0o600)
+        values_file.write_atomic(new, "a: 2\n", backup=False)
+        assert stat.S_IMODE(new.stat().st_mode) == 0o600
+    finally:
+        os.umask(old_mask)
+
+
+def test_outside_a_checkout_the_default_helm_is_the_one_on_path(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
+    monkeypatch.delenv("HELM", raising=False)
+    monkeypatch.setattr(paths, "IN_CHECKOUT", False)
+    assert paths.default_helm() == "helm"
+    monkeypatch.setattr(paths, "IN_CHECKOUT", True)
+    monkeypatch.setattr(paths, "TOOLS_DIR", tmp_path)  # a checkout before `make tools`
+    assert paths.default_helm() == "helm"
+    monkeypatch.setattr(paths, "TOOLS_DIR", paths.REPO / ".tools")
+    assert paths.default_helm() == str(paths.helm_binary())
+    monkeypatch.setenv("HELM", "/opt/helm/bin/helm")
+    assert paths.default_helm() == "/opt/helm/bin/helm"
+
+
+@pytest.mark.parametrize("machine", ["Linux aarch64", "Darwin arm64"])
+def test_install_helm_refuses_a_machine_it_has_no_binary_for(tmp_path: Path, machine: str):
+    """A Kunpeng (aarch64) host or a Mac: one line naming the platform and how to give helm,
+    before anything is fetched."""
+    system, arch = machine.split()
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    uname = fake / "uname"
+    uname.write_text(f'#!/bin/sh\ncase "$1" in -s) echo {system};; -m) echo {arch};; esac\n')
+    uname.chmod(0o755)
+    proc = subprocess.run(
+        ["bash", str(paths.REPO / "scripts" / "install-helm.sh"), "3.17.2"],
+        env={**os.environ, "PATH": f"{fake}{os.pathsep}{os.environ['PATH']}"},
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert proc.returncode == 2
+    (line,) = proc.stderr.splitlines()
+    assert f"this machine is {system}/{arch}" in line and "HELM=<path>" in line
