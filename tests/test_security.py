@@ -12,6 +12,7 @@ import yaml
 
 from conftest import Rendered
 from mooncake_pd import helm, manifests, paths, validate
+from support import netpol
 
 EXCEPTIONS = Path(__file__).parent / "checkov-exceptions.yaml"
 NAMESPACE = "llm"  # checkov flags the default namespace, which is a user's choice, not the chart's
@@ -115,3 +116,40 @@ def test_image_digest_pins_every_pod(render):
     images += [rendered.one("Deployment", "deepseek-pd-proxy")["spec"]["template"]["spec"]["containers"][0]["image"]]
     images += [rendered.one("Pod", "deepseek-pd-test")["spec"]["containers"][0]["image"]]
     assert set(images) == {f"quay.io/ascend/vllm-ascend:v0.13.0-a3@{digest}"}
+
+
+ENGINE_LABELS = {"app.kubernetes.io/name": "mooncake-pd", "app.kubernetes.io/instance": "deepseek-pd"}
+PROMETHEUS = netpol.Pod({"app.kubernetes.io/name": "prometheus"}, namespace="monitoring")
+AUTOSCALER = netpol.Pod({"app.kubernetes.io/component": "kthena-controller-manager"}, namespace="kthena-system")
+
+
+@pytest.mark.parametrize("podmonitor", [True, False])
+def test_network_policy_lets_in_the_podmonitors_prometheus(render, podmonitor: bool):
+    """The scrape the chart's own PodMonitor configures reaches the serving port (and only it)."""
+    values = {"networkPolicy": {"enabled": True}, "metrics": {"podMonitor": {"enabled": podmonitor, "proxy": True}}}
+    policies = render(
+        overrides={**values, "networkPolicy": {"enabled": True, "proxyFrom": [{"podSelector": {}}]}}
+    ).find("NetworkPolicy")
+    decode = netpol.Pod({**ENGINE_LABELS, "app.kubernetes.io/component": "decode"})
+    proxy = netpol.Pod({**ENGINE_LABELS, "app.kubernetes.io/component": "proxy"})
+    assert netpol.allowed(policies, PROMETHEUS, decode, 7101) is podmonitor
+    assert netpol.allowed(policies, PROMETHEUS, proxy, 8080) is podmonitor
+    assert not netpol.allowed(policies, PROMETHEUS, decode, 18100)
+    assert not netpol.allowed(policies, AUTOSCALER, decode, 7101)
+
+
+def test_network_policy_lets_in_kthenas_autoscaler_for_pod_metrics(render):
+    preset = paths.VALUES_DIR / "deepseek-r1-distill-qwen-7b-a3-1p1d-kthena-autoscaling-cost-first.yaml"
+    rendered = render((preset,), {"networkPolicy": {"enabled": True}})
+    assert any(
+        not m.get("query")
+        for role in ("prefill", "decode")
+        for m in yaml.safe_load(preset.read_text())["autoscaling"][role]["metrics"]
+    )
+    prefill = netpol.Pod({**ENGINE_LABELS, "app.kubernetes.io/component": "prefill"})
+    policies = rendered.find("NetworkPolicy")
+    assert netpol.allowed(policies, AUTOSCALER, prefill, 7100)
+    assert not netpol.allowed(policies, AUTOSCALER, prefill, 18000)
+    assert not netpol.allowed(
+        policies, netpol.Pod({"app.kubernetes.io/component": "kthena-controller-manager"}), prefill, 7100
+    )

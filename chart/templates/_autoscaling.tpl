@@ -19,3 +19,13 @@ lower bound, ceil for the upper: the rendered ratio always lies inside the band)
 {{- $max := $r.maxRatio | default (printf "%d.%03d" (div $maxMilli 1000) (mod $maxMilli 1000)) -}}
 {{- dict "min" $min "max" $max "minValue" (float64 $min) "maxValue" (float64 $max) | toJson -}}
 {{- end }}
+
+{{/* "true" when some autoscaling metric is read from the pods (no query): Kthena's autoscaler
+then scrapes the engines' serving port itself. */}}
+{{- define "mooncake-pd.autoscaling.podMetrics" -}}
+{{- range $role := list "prefill" "decode" -}}
+{{- range $m := (index $.Values.autoscaling $role).metrics -}}
+{{- if not $m.query }}true{{ end -}}
+{{- end -}}
+{{- end -}}
+{{- end }}

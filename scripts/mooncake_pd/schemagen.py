@@ -42,6 +42,7 @@ K8S_FIELDS = {
     "networkTopology": "kthena.NetworkTopology",
     "networkPolicy.extraIngress[]": "io.k8s.api.networking.v1.NetworkPolicyPeer",
     "networkPolicy.proxyFrom[]": "io.k8s.api.networking.v1.NetworkPolicyPeer",
+    "networkPolicy.prometheusFrom[]": "io.k8s.api.networking.v1.NetworkPolicyPeer",
     "router.kthena.parentRefs[]": "kthena.ParentReference",
     "proxy.resources": "io.k8s.api.core.v1.ResourceRequirements",
     "proxy.podSecurityContext": "io.k8s.api.core.v1.PodSecurityContext",
