@@ -88,3 +88,18 @@ def test_install_helm_refuses_a_machine_it_has_no_binary_for(tmp_path: Path, mac
     assert proc.returncode == 2
     (line,) = proc.stderr.splitlines()
     assert f"this machine is {system}/{arch}" in line and "HELM=<path>" in line
+
+
+def test_a_folder_other_users_cannot_enter_is_seen(tmp_path: Path):
+    """What makes the harness stage the image Pythons for a container's user (issue #27 item 14)."""
+    from support import localpods
+
+    inner = tmp_path / "a" / "clone"
+    inner.mkdir(parents=True)
+    for folder in (tmp_path, tmp_path / "a", inner):
+        folder.chmod(0o755)
+    open_all = all(p.stat().st_mode & stat.S_IXOTH for p in tmp_path.parents)
+    assert localpods.traversable_by_others(inner) is open_all
+    (tmp_path / "a").chmod(0o700)
+    assert not localpods.traversable_by_others(inner)
+    assert localpods.traversable_by_others(Path("/usr/bin"))

@@ -14,7 +14,10 @@ What stands in for what (and nothing else does):
 - volumes: ConfigMap files are written to a folder, emptyDirs are folders, hostPaths are the
   host's own paths (the e2e mounts the model where the values say), each mountPath in the
   command and env replaced by its folder (/tmp and /dev/shm are the host's);
-- the user: runAsUser/runAsGroup of the container (or its pod) is the process's uid/gid.
+- the user: runAsUser/runAsGroup of the container (or its pod) is the process's uid/gid. Where
+  the checkout lies under a folder other users cannot enter (a `mktemp -d` folder, root's
+  home), the image Pythons and files are hard-linked into a folder they can (staged_root), so
+  that the container's user reads them as it would in its image.
 
 Every process is started in its own session under `nice`, logged to a file, bounded in time,
 and stopped by PID (its whole process group) by Processes.close(), also when a test fails.
@@ -23,15 +26,20 @@ and stopped by PID (its whole process group) by Processes.close(), also when a t
 from __future__ import annotations
 
 import contextlib
+import fcntl
+import hashlib
 import json
 import os
 import re
+import shutil
 import signal
+import stat
 import subprocess
 import time
 import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -78,15 +86,71 @@ IMAGE_FILES = {
 }
 
 
+def traversable_by_others(path: Path) -> bool:
+    """Every folder from / down to `path` lets other users through (o+x)."""
+    return all(not folder.is_dir() or folder.stat().st_mode & stat.S_IXOTH for folder in [path, *path.parents])
+
+
+@cache
+def staged_root() -> Path | None:
+    """None where other users reach the checkout; else a folder under /var/tmp holding hard links
+    of the image Pythons (.tools/e2e, .tools/ascend-overlay) and a copy of the vendored files,
+    made once per checkout and state of the venvs, with the venv's scripts' `#!` lines pointing
+    at the staged Python. Hard links take about a second for the 66,000 files of the venv."""
+    if traversable_by_others(paths.REPO.resolve()):
+        return None
+    sources = [E2E_VENV, ASCEND_OVERLAY, VENDORED_PROXY.parent]
+    state = hashlib.sha256()
+    for source in sources:
+        for marker in (source / ".installed", source / "SOURCE.md", source):
+            if marker.exists():
+                state.update(f"{marker}:{marker.stat().st_mtime_ns}".encode())
+    checkout = hashlib.sha256(str(paths.REPO.resolve()).encode()).hexdigest()[:12]
+    root = Path("/var/tmp") / f"mooncake-pd-images-{checkout}"
+    stamp = root / ".staged"
+    with open(f"{root}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # xdist workers stage once
+        if stamp.is_file() and stamp.read_text() == state.hexdigest():
+            return root
+        shutil.rmtree(root, ignore_errors=True)
+        root.mkdir(mode=0o755)
+        root.chmod(0o755)
+        for source in sources:
+            subprocess.run(["cp", "-al", str(source), str(root / source.name)], check=True)
+        old, new = f"#!{E2E_VENV}/", f"#!{root / E2E_VENV.name}/"
+        for script in (root / E2E_VENV.name / "bin").iterdir():
+            if script.is_file() and not script.is_symlink():
+                text = script.read_bytes()
+                if text.startswith(old.encode()):
+                    mode = script.stat().st_mode
+                    script.unlink()  # a hard link: the checkout's copy stays as it is
+                    script.write_bytes(new.encode() + text[len(old) :])
+                    script.chmod(mode)
+        stamp.write_text(state.hexdigest())
+    return root
+
+
+def _staged(path: Path) -> Path:
+    """`path` as the container's user reaches it (staged_root)."""
+    root = staged_root()
+    if root is None:
+        return path
+    for source in (E2E_VENV, ASCEND_OVERLAY, VENDORED_PROXY.parent):
+        if path == source or source in path.parents:
+            return root / source.name / path.relative_to(source)
+    return path
+
+
 def image_python(image: str) -> ImagePython:
     for prefix, python in IMAGE_PYTHONS.items():
         if image.startswith(prefix + ":") or image.startswith(prefix + "@"):
-            return python
+            return ImagePython(_staged(python.venv), python.overlay and _staged(python.overlay))
     raise KeyError(f"no local Python for image {image}: add it to localpods.IMAGE_PYTHONS")
 
 
 def image_files(image: str) -> dict[str, Path]:
-    return next((files for prefix, files in IMAGE_FILES.items() if image.startswith(prefix)), {})
+    files = next((files for prefix, files in IMAGE_FILES.items() if image.startswith(prefix)), {})
+    return {path: _staged(local) for path, local in files.items()}
 
 
 class Network:
