@@ -103,3 +103,27 @@ def test_a_folder_other_users_cannot_enter_is_seen(tmp_path: Path):
     (tmp_path / "a").chmod(0o700)
     assert not localpods.traversable_by_others(inner)
     assert localpods.traversable_by_others(Path("/usr/bin"))
+
+
+@pytest.mark.parametrize("version", paths.HELM_VERSIONS)
+def test_a_misspelt_values_key_gets_a_did_you_mean(tmp_path: Path, version: str):
+    values = tmp_path / "values.yaml"
+    values.write_text(
+        "prefil:\n  replicas: 2\ndecode:\n  replica: 1\n  parallelism:\n    tensr: 2\n  args:\n    max_num_seqs: 8\n"
+    )
+    proc = cli("--helm", str(paths.helm_binary(version)), "render", "-f", str(values), "--out", str(tmp_path / "o"))
+    assert proc.returncode == 2
+    for hint in (
+        "(did you mean prefill?)",
+        "(did you mean decode.replicas?)",
+        "(did you mean decode.parallelism.tensor?)",
+    ):
+        assert hint in proc.stderr, proc.stderr
+    assert not (tmp_path / "o").exists()
+
+
+def test_no_did_you_mean_without_a_near_key():
+    from mooncake_pd import valuekeys
+
+    line = "- (root): Additional property zzzzzz is not allowed"
+    assert valuekeys.with_suggestions(line) == line

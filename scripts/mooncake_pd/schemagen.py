@@ -329,6 +329,8 @@ def _strings(node: dict[str, Any], path: str, visit: Callable[[dict[str, Any], s
         _strings(sub, f"{path}.{key}" if path else key, visit)
     if isinstance(node.get("additionalProperties"), dict):
         _strings(node["additionalProperties"], f"{path}.*", visit)
+    for sub in (node.get("patternProperties") or {}).values():
+        _strings(sub, f"{path}.*", visit)
     if isinstance(node.get("items"), dict):
         _strings(node["items"], f"{path}[]", visit)
 
@@ -367,12 +369,32 @@ def generate(schema: dict[str, Any]) -> dict[str, Any]:
         node["allOf"] = [*others, rule]
 
     accelerator_type(out)
+    _named_maps(out)
     _strings(out, "", no_control)
     _required(out, "")
     out[DEFS] = definitions({d for d in K8S_FIELDS.values()})
     for definition in out[DEFS].values():
         _strings(definition, "", no_control)
     return out
+
+
+def _named_maps(node: Any) -> None:
+    """Maps whose keys follow a pattern (env names, vLLM flags with dashes) as patternProperties
+    with additionalProperties false rather than propertyNames: helm 4 then names the map in its
+    refusal ("at '/prefill/args': additional properties 'max_num_seqs' not allowed") instead of
+    "at ''", and helm 3 says "Additional property" with the map's path."""
+    if isinstance(node, dict):
+        names = node.get("propertyNames")
+        values = node.get("additionalProperties", {})
+        if isinstance(names, dict) and set(names) == {"pattern"} and isinstance(values, dict):
+            node.pop("propertyNames")
+            node["patternProperties"] = {names["pattern"]: values}
+            node["additionalProperties"] = False
+        for sub in node.values():
+            _named_maps(sub)
+    elif isinstance(node, list):
+        for sub in node:
+            _named_maps(sub)
 
 
 def accelerator_type(schema: dict[str, Any]) -> None:

@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from mooncake_pd import engines, helm, manifests, paths, summary, values_file, vllmflags
+from mooncake_pd import engines, helm, manifests, paths, summary, valuekeys, values_file, vllmflags
 from mooncake_pd.commands import SUMMARIES
 
 
@@ -28,7 +28,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         text = helm.template(binary, args.values, chart=chart, release=args.release, namespace=args.namespace)
     except helm.HelmError as e:
-        raise helm.HelmError(vllmflags.with_suggestions(str(e))) from None
+        raise helm.HelmError(valuekeys.with_suggestions(vllmflags.with_suggestions(str(e)))) from None
     objects = manifests.parse(text)
     errors = validate.validate(objects)
     if errors:
