@@ -213,6 +213,21 @@ def test_cli_compares_saved_runs_and_plots(tmp_path: Path):
     assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 5000
 
 
+def test_compare_warns_when_the_workloads_differ(tmp_path: Path):
+    """`bench --compare` across workloads compares the workloads: it says so on stderr."""
+    proc = cli("--from", TWO, "--compare", ONE)
+    assert "warning" not in proc.stderr, proc.stderr  # the two saved runs share a workload
+    other = tmp_path / "other.json"
+    saved = json.loads(Path(ONE).read_text())
+    saved["mooncake_pd"] = {**(saved.get("mooncake_pd") or {}), "release": "short-prompts"}
+    saved["mooncake_pd"]["workload"] = {**(saved["mooncake_pd"].get("workload") or {}), "inputLen": 128}
+    other.write_text(json.dumps(saved))
+    proc = cli("--from", TWO, "--compare", str(other))
+    assert proc.returncode == 0, proc.stderr
+    (line,) = [line for line in proc.stderr.splitlines() if line.startswith("warning:")]
+    assert "short-prompts ran another workload than" in line and '"inputLen": 128' in line
+
+
 def test_cli_refuses_what_is_not_a_result(tmp_path: Path):
     other = tmp_path / "values.json"
     other.write_text('{"model": {}}')

@@ -147,6 +147,25 @@ def workload_line(result: dict[str, Any]) -> str:
     return ", ".join(f"{k} {result[k]}" for k in keys if result.get(k) is not None)
 
 
+def workload_of(result: dict[str, Any]) -> Any:
+    """What a run measured: the chart's workload when it was saved from a release, else the
+    settings vLLM records (workload_line)."""
+    return (result.get("mooncake_pd") or {}).get("workload") or workload_line(result)
+
+
+def workload_warnings(runs: list[tuple[str, dict[str, Any]]]) -> list[str]:
+    """One warning per run whose workload differs from the last run's (the one reported): a
+    comparison across workloads compares the workloads, not the deployments."""
+    label, last = runs[-1]
+    wanted = workload_of(last)
+    return [
+        f"warning: {other} ran another workload than {label} ({json.dumps(workload_of(o), sort_keys=True)} vs "
+        f"{json.dumps(wanted, sort_keys=True)}); their figures are not comparable"
+        for other, o in runs[:-1]
+        if workload_of(o) != wanted
+    ]
+
+
 def saved(result: dict[str, Any], *, release: str, namespace: str, job: str, workload: Any) -> dict[str, Any]:
     """The result as `bench --json` writes it: vLLM's keys plus where it came from."""
     return {**result, "mooncake_pd": {"release": release, "namespace": namespace, "job": job, "workload": workload}}

@@ -64,6 +64,8 @@ def run(args: argparse.Namespace) -> int:
         Path(args.json).write_text(json.dumps(result, indent=2, sort_keys=True) + "\n")
         print(f"wrote {args.json}", file=sys.stderr)
     print(bench.workload_line(result))
+    for warning in bench.workload_warnings(runs):
+        print(warning, file=sys.stderr)
     print(bench.table(runs))
     if args.plot:
         from mooncake_pd import benchplot
