@@ -127,3 +127,36 @@ def test_no_did_you_mean_without_a_near_key():
 
     line = "- (root): Additional property zzzzzz is not allowed"
     assert valuekeys.with_suggestions(line) == line
+
+
+# Kubernetes client calls -> (API group, resource, verbs) RBAC must allow.
+API_CALLS = {
+    "list_namespaced_pod": ("", "pods", {"list"}),
+    "read_namespaced_pod": ("", "pods", {"get"}),
+    "read_namespaced_pod_log": ("", "pods/log", {"get"}),
+    "connect_get_namespaced_pod_portforward": ("", "pods/portforward", {"get", "create"}),
+    "read_namespaced_endpoints": ("", "endpoints", {"get"}),
+    "list_namespaced_custom_object": ("workload.serving.volcano.sh", "modelservings", {"list"}),
+    "get_namespaced_custom_object": ("workload.serving.volcano.sh", "modelservings", {"get"}),
+    "list_namespaced_job": ("batch", "jobs", {"list"}),
+    "read_namespaced_job": ("batch", "jobs", {"get"}),
+    "create_namespaced_job": ("batch", "jobs", {"create"}),
+}
+
+
+def test_the_documented_role_covers_every_api_call_of_verify_and_bench():
+    import re
+
+    import yaml
+
+    role = next(d for d in yaml.safe_load_all((paths.REPO / "examples" / "rbac" / "mooncake-pd-tool.yaml").read_text()))
+    allowed: set[tuple[str, str, str]] = set()
+    for rule in role["rules"]:
+        allowed |= {(g, r, v) for g in rule["apiGroups"] for r in rule["resources"] for v in rule["verbs"]}
+    code = "".join((paths.PACKAGE / name).read_text() for name in ("verify.py", "bench.py", "commands/bench.py"))
+    calls = set(re.findall(r"\.((?:list|read|create|connect_get|get|patch|delete)_namespaced_\w+)", code))
+    assert calls, "no Kubernetes API call found"
+    unknown = calls - set(API_CALLS)
+    assert unknown == set(), f"add these calls to API_CALLS and the Role: {unknown}"
+    missing = [(c, v) for c in calls for v in API_CALLS[c][2] if (API_CALLS[c][0], API_CALLS[c][1], v) not in allowed]
+    assert missing == []

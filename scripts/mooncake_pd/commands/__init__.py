@@ -13,7 +13,7 @@ SUMMARIES = {
     "render": "render the chart, validate every object, write the manifests and print a summary",
     "generate": "write a checked values file for a model from its config.json",
     "update": "rewrite the model-derived keys of a values file, keeping comments and every other key",
-    "verify": "check a live release: pods ready, a chat request answered, KV-transfer log lines present",
+    "verify": "check a live release: pods ready, a chat request answered, its KV cache moved (logs or metrics)",
     "bench": "report a release's benchmark (TTFT, TPOT, throughput), save it, compare runs",
     "golden": "regenerate tests/golden/ from the chart defaults and every values/ file",
     "schema": "type the chart's pass-through Kubernetes fields in values.schema.json (Kubernetes 1.27)",

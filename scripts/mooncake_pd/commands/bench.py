@@ -24,6 +24,8 @@ throughput, time to first token, time per output token, inter-token and end-to-e
 Two values files are judged on the same workload (benchmark.workload): save one run per
 deployment with --json and compare them; the change column marks each difference better or worse.
 Exit 0 with a report, 1 when the Job failed, 2 when there is no cluster, release, Job or result.
+RBAC: get/list/create jobs, list pods, get pods/log in the release's namespace
+(examples/rbac/mooncake-pd-tool.yaml).
 """
 
 

@@ -47,11 +47,17 @@ def register(sub: argparse._SubParsersAction) -> None:
         "verify",
         help=SUMMARIES["verify"],
         description="Find the release's ModelServing and pods, report readiness per role and serving "
-        "group, send the guide's chat request through the proxy (port-forward) or --url, then read the "
-        "prefill and decode logs since that request for the guide's markers: prefill 'Delaying free of "
-        "N blocks for request <id>', decode 'KV cache transfer for request <id> took X ms' and a "
-        "generation throughput above 0. Exit 0 when every check passes, 1 when one fails, 2 when "
+        "group, send the guide's chat request through the proxy (port-forward) or --url, then prove "
+        "that its KV cache moved, as the release's connector shows it (the ModelServing's "
+        "mooncake-pd/kv-connector annotation): vLLM-Ascend's MooncakeConnectorV1 by the log lines "
+        "since that request (prefill 'Delaying free of N blocks for request <id>', decode 'KV "
+        "cache transfer for request <id> took X ms' and a generation throughput above 0); "
+        "NixlConnector and upstream MooncakeConnector, which log no line per request, by decode's "
+        "/metrics before and after it (external prefix-cache hits rising by the prompt; on NIXL "
+        "also one more transfer and none failed). Exit 0 when every check passes, 1 when one fails, 2 when "
         "there is no cluster, no release or no Kthena CRD.",
+        epilog="RBAC: get/list pods, get pods/log, get/create pods/portforward, get endpoints, get/list "
+        "modelservings in the release's namespace (examples/rbac/mooncake-pd-tool.yaml).",
     )
     ver.add_argument("--release", required=True, help="helm release name")
     ver.add_argument("--namespace", "-n", default="default", help="namespace of the release (default: default)")
