@@ -140,3 +140,17 @@ def test_autoscale_simulate_outside_the_checkout(installed: Path, elsewhere: Pat
     )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.splitlines()[0].split() == ["time_s", "decode", "prefill", "note"]
+
+
+def test_developer_commands_are_not_offered_outside_a_checkout(installed: Path, elsewhere: Path):
+    """golden, schema, docs and chartcheck write or check the repository's files: an installed
+    tool does not list them, and named anyway they say where they run (golden would write into
+    the venv, docs --check crashed)."""
+    helped = tool(installed, elsewhere, "--help")
+    assert helped.returncode == 0
+    for name in ("golden", "schema", "docs", "chartcheck"):
+        assert name not in helped.stdout
+        for args in ([name], [name, "--check"]):
+            line = refusal(tool(installed, elsewhere, *args))
+            assert f"{name} is a developer command" in line and "make " in line
+    assert "render" in helped.stdout and "verify" in helped.stdout

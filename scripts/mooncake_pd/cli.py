@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 from mooncake_pd import commands, paths
-from mooncake_pd.errors import MooncakePdError
+from mooncake_pd.errors import BAD_INPUT, MooncakePdError
 
 PROG = "mooncake-pd"
 
@@ -57,10 +57,14 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     chosen = command_in(argv) if argv is not None else None
     for name, summary in commands.SUMMARIES.items():
+        if name in commands.DEVELOPER and not paths.IN_CHECKOUT:
+            continue  # not offered; main() says where it runs
         if argv is None or name == chosen:
             commands.load(name).register(sub)
         else:
             sub.add_parser(name, help=summary)
+    if not paths.IN_CHECKOUT:
+        sub.metavar = "{" + ",".join(n for n in commands.SUMMARIES if n not in commands.DEVELOPER) + "}"
     for command_parser in sub.choices.values():
         add_common_options(command_parser, top=False)
     return parser
@@ -86,6 +90,15 @@ def main(argv: list[str] | None = None) -> int:
     as `<label>: <prefix><message>` on stderr, where the label is `mooncake-pd` or the one the
     command sets (`error_label`, e.g. "mooncake-pd verify"), and its class decides the exit code."""
     argv = list(sys.argv[1:] if argv is None else argv)
+    chosen = command_in(argv)
+    if chosen in commands.DEVELOPER and not paths.IN_CHECKOUT:
+        target = "lint" if chosen == "chartcheck" else chosen
+        print(
+            f"{PROG}: {chosen} is a developer command: it writes or checks the repository's own files; "
+            f"run `make {target}` in a checkout of the mooncake-pd repository",
+            file=sys.stderr,
+        )
+        return BAD_INPUT
     args = build_parser(argv).parse_args(argv)
     args.argv = argv
     try:

@@ -21,6 +21,9 @@ SUMMARIES = {
     "chartcheck": "check Chart.yaml and that a chart change bumps its version (as ct lint does)",
     "autoscale": "model Kthena's autoscaler offline (simulate)",
 }
+# Commands that write or check the repository's own files: a checkout has them, an installed
+# tool does not (`golden` would write into its site-packages).
+DEVELOPER = frozenset({"golden", "schema", "docs", "chartcheck"})
 
 
 def load(name: str) -> ModuleType:
