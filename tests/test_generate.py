@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
@@ -12,7 +13,7 @@ import yaml
 
 from conftest import Renderer, assert_valid
 from mooncake_pd import generate as gen
-from mooncake_pd import golden, model, paths
+from mooncake_pd import model, paths
 from mooncake_pd.commands.generate import command_lines, header_command
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -99,12 +100,15 @@ def lookup(values: dict, dotted: str):
 def test_generate_for_the_seed_model_equals_chart_defaults(render: Renderer):
     values, _ = generated("--model-dir", MODELS / "DeepSeek-R1-Distill-Qwen-1.5B", "--served-name", "ds_r1")
     defaults = gen.chart_defaults()
+    # But one key: the guide's trust-remote-code, which its model (no auto_map) does not need.
+    assert values.pop("engine") == {"args": {"trust-remote-code": None}}
     for key, value in leaves(values):
         assert lookup(defaults, key) == value, key
     # head_dim is the preflight's, derived from the mounted model at start.
     assert "hfOverrides" not in values["model"]
     seed_file = paths.VALUES_DIR / "deepseek-r1-distill-qwen-1.5b-a3-1p1d.yaml"
-    assert render((seed_file,)).text == golden.golden_path(golden.DEFAULTS).read_text()
+    without_remote_code = render(overrides={"engine": {"args": {"trust-remote-code": None}}})
+    assert render((seed_file,)).text == without_remote_code.text
 
 
 def test_generate_without_override_when_config_has_head_dim():
@@ -132,7 +136,11 @@ def test_generate_mla_model():
     values, err = generated(*R1_TOPOLOGY, "--enable-expert-parallel")
     assert values["model"]["mla"] is True
     assert "hfOverrides" not in values["model"], "MLA: no head_dim"
-    assert values["engine"]["args"] == {"enable-expert-parallel": True, "quantization": "ascend"}
+    assert values["engine"]["args"] == {
+        "enable-expert-parallel": True,
+        "quantization": "ascend",
+        "trust-remote-code": None,
+    }
     assert values["decode"]["workerReplicas"] == 1
     assert values["decode"]["parallelism"] == {"tensor": 1, "data": 32, "dataLocal": 16}
     assert "70,272" in err
@@ -314,7 +322,7 @@ def test_update_rewrites_only_model_keys(tmp_path: Path):
     assert new["model"]["hfOverrides"] == {"rope_theta": 1000000}, "the preflight derives head_dim at start"
     assert new["model"]["mla"] is False
     assert new["decode"]["args"]["max-num-seqs"] < 400
-    assert list(new) == ["model", "myTeam", "decode", "prefill"], "key order kept, new keys appended"
+    assert list(new) == ["model", "myTeam", "decode", "engine", "prefill"], "key order kept, new keys appended"
     assert cli("update", path, "--model-dir", MODELS / "Qwen3-8B", "--check").returncode == 0
 
 
@@ -388,3 +396,20 @@ def test_weights_that_leave_no_room_for_kv_exit_2():
     proc = cli("generate", *R1_TOPOLOGY)
     assert proc.returncode == 2
     assert "leave no room for the KV cache" in proc.stderr and "or --enable-expert-parallel" in proc.stderr
+
+
+@pytest.mark.parametrize("remote_code", [False, True])
+def test_trust_remote_code_only_for_a_model_that_ships_its_own_classes(tmp_path: Path, remote_code: bool):
+    """Remote code runs from the model folder in a root, host-network pod: generate writes
+    trust-remote-code only where config.json names its own classes (auto_map), and null (which
+    drops the chart default) elsewhere."""
+    config = json.loads((MODELS / "Qwen3-8B" / "config.json").read_text())
+    if remote_code:
+        config["auto_map"] = {"AutoModelForCausalLM": "modeling_custom.CustomForCausalLM"}
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps(config))
+    out = tmp_path / "values.yaml"
+    proc = cli("generate", "--model-dir", model, "--output", out)
+    assert proc.returncode == 0, proc.stderr
+    assert yaml.safe_load(out.read_text())["engine"]["args"]["trust-remote-code"] is (True if remote_code else None)

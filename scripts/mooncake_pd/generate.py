@@ -179,6 +179,10 @@ def derived(
         "model.mla": model.is_mla,
         "model.hfOverrides.head_dim": (model.head_dim if fixed_head_dim and model.needs_head_dim_override else REMOVE),
         "engine.args.quantization": "ascend" if model.ascend_quantization else REMOVE,
+        # Remote code runs from the model folder in a root, host-network pod: only for a model
+        # whose config.json names its own classes (auto_map); null drops the chart default (the
+        # guide's true, kept for seed parity).
+        "engine.args.trust-remote-code": True if "auto_map" in model.raw else None,
     }
     fits = []
     for role in ROLES:
