@@ -185,9 +185,14 @@ def test_max_model_len_is_capped_by_max_position_embeddings():
 BAD_OPTIONS = [
     (
         ["--prefill-tp", "5"],
-        "--prefill-tp 5: num_attention_heads (12) is not divisible by it; valid on ascend-a3: 1, 2, 3, 4, 6, 12",
+        # 12 heads, 2 KV heads: 3 divides the heads, but the 2 KV heads cannot be split or replicated 3 ways.
+        "--prefill-tp 5: 12 attention heads are not divisible by tensor parallel 5; valid on ascend-a3: 1, 2, 4, 6, 12",
     ),
     (["--decode-tp", "4", "--prefill-tp", "2"], "--prefill-tp 2: below --decode-tp 4"),
+    (
+        ["--prefill-tp", "3", "--decode-tp", "3"],
+        "--prefill-tp 3: 2 KV heads and tensor parallel 3 do not divide each other",
+    ),
     (
         ["--prefill-tp", "6", "--decode-tp", "4", "--prefill-dp", "2"],
         "--decode-tp 4: --prefill-tp 6 is not a multiple",
@@ -413,3 +418,35 @@ def test_trust_remote_code_only_for_a_model_that_ships_its_own_classes(tmp_path:
     proc = cli("generate", "--model-dir", model, "--output", out)
     assert proc.returncode == 0, proc.stderr
     assert yaml.safe_load(out.read_text())["engine"]["args"]["trust-remote-code"] is (True if remote_code else None)
+
+
+def test_generate_and_the_preflight_share_one_tensor_parallel_rule(tmp_path: Path):
+    """A 14B model with 40 heads and 8 KV heads: TP 5 and 10 divide the heads but not the KV
+    heads. generate refuses them with the preflight's own words and lists what the preflight
+    accepts; a TP generate accepts is one the preflight passes at start."""
+    config = json.loads((MODELS / "Qwen2.5-7B-Instruct" / "config.json").read_text())
+    config.update({"num_attention_heads": 40, "num_key_value_heads": 8, "hidden_size": 5120})
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps(config))
+    rules = gen.preflight()
+    for tensor in (5, 10):
+        proc = cli("generate", "--model-dir", model, "--prefill-tp", str(tensor), "--output", tmp_path / "v.yaml")
+        assert proc.returncode == 2
+        assert f"8 KV heads and tensor parallel {tensor} do not divide each other" in proc.stderr
+        assert "valid on ascend-a3: 1, 2, 4, 8\n" in proc.stderr
+    assert rules.valid_tensor_parallel(config, 16) == [1, 2, 4, 8]
+    for tensor in rules.valid_tensor_parallel(config, 16):
+        assert rules.check_tensor_parallel(config, tensor, "prefill.parallelism.tensor").startswith(f"TP {tensor} fits")
+
+
+def test_the_prefill_decode_tp_rule_is_the_profiles_connectors(tmp_path: Path, render: Renderer, crds):
+    """generate applies the default connector's tensorRule (chart/files/profiles.yaml), as the
+    chart does: MooncakeConnectorV1 on Ascend needs prefill TP >= decode TP, NIXL on NVIDIA
+    does not (it was refused with MooncakeConnectorV1's words)."""
+    args = ("generate", "--model-dir", MODELS / "Qwen3-8B", "--prefill-tp", "1", "--decode-tp", "2")
+    ascend = cli(*args, "--output", tmp_path / "a.yaml")
+    assert ascend.returncode == 2 and "MooncakeConnectorV1 needs prefill TP >= decode TP" in ascend.stderr
+    nvidia = cli(*args, "--accelerator", "nvidia", "--output", tmp_path / "n.yaml")
+    assert nvidia.returncode == 0, nvidia.stderr
+    assert_valid(render((tmp_path / "n.yaml",)), crds)

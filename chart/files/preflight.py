@@ -106,28 +106,36 @@ def head_dim_overrides(config: dict, overrides: dict, key: str) -> tuple[dict, s
     return out, f"head_dim {derived} derived ({hidden} // {heads})"
 
 
-def check_tensor_parallel(text: dict, tensor: int, key: str) -> str:
-    """vLLM's rules: attention heads divisible by TP; KV heads divisible by TP, or TP by KV
-    heads when there are fewer (they are replicated)."""
+def tensor_parallel_problem(text: dict, tensor: int) -> str:
+    """What vLLM refuses of tensor parallel `tensor` for a model's text config, or "": attention
+    heads must be divisible by TP; KV heads divisible by TP, or TP by the KV heads when there
+    are fewer (they are replicated), except with multi-head latent attention. The one rule:
+    `mooncake-pd generate` imports it from this file too."""
     heads = text.get("num_attention_heads")
     if not isinstance(heads, int) or heads <= 0:
-        return "heads unknown"
+        return ""
     if heads % tensor:
-        divisors = [d for d in range(1, heads + 1) if heads % d == 0 and d <= 64]
-        raise Refusal(
-            f"{heads} attention heads are not divisible by tensor parallel {tensor}",
-            key,
-            f"use one of {divisors}",
-        )
+        return f"{heads} attention heads are not divisible by tensor parallel {tensor}"
     kv = text.get("num_key_value_heads", heads)
     indivisible = isinstance(kv, int) and kv > 0 and ((kv >= tensor and kv % tensor) or (kv < tensor and tensor % kv))
     if indivisible and not is_mla(text):
-        raise Refusal(
-            f"{kv} KV heads and tensor parallel {tensor} do not divide each other",
-            key,
-            f"use a divisor or a multiple of {kv}",
-        )
-    return f"TP {tensor} fits {heads} heads / {kv} KV heads"
+        return f"{kv} KV heads and tensor parallel {tensor} do not divide each other"
+    return ""
+
+
+def valid_tensor_parallel(text: dict, limit: int) -> list[int]:
+    """The tensor-parallel sizes up to `limit` that tensor_parallel_problem accepts."""
+    return [t for t in range(1, limit + 1) if not tensor_parallel_problem(text, t)]
+
+
+def check_tensor_parallel(text: dict, tensor: int, key: str) -> str:
+    heads = text.get("num_attention_heads")
+    if not isinstance(heads, int) or heads <= 0:
+        return "heads unknown"
+    problem = tensor_parallel_problem(text, tensor)
+    if problem:
+        raise Refusal(problem, key, f"use one of {valid_tensor_parallel(text, min(heads, 64))}")
+    return f"TP {tensor} fits {heads} heads / {text.get('num_key_value_heads', heads)} KV heads"
 
 
 def check_max_model_len(text: dict, max_model_len: int, key: str) -> str:

@@ -5,8 +5,11 @@ the engines' preflight derives it from the mounted model at start)."""
 from __future__ import annotations
 
 import copy
+import importlib.util
 from dataclasses import dataclass, field
+from functools import cache
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import yaml
@@ -31,6 +34,10 @@ class Accelerator:
     additional_config: bool = True
     # Devices of this type with other memory sizes (`--gpu`): name -> GiB.
     variants: dict[str, float] = field(default_factory=dict)
+    # The profile's default KV connector and its rule between prefill and decode TP
+    # (chart/files/profiles.yaml tensorRule: prefillMultiple, equal or any).
+    connector: str = "MooncakeConnectorV1"
+    tensor_rule: str = "prefillMultiple"
 
 
 # The chart's profiles (chart/files/profiles.yaml), but those whose values are written by hand
@@ -44,6 +51,8 @@ ACCELERATORS = {
         p.family_name,
         bool(p.family["additionalConfig"]),
         {k: float(v) for k, v in p.row["deviceVariants"].items()},
+        p.connectors[0],
+        str(p.connector()["tensorRule"]),
     )
     for name, p in _PROFILES.items()
     if not p.row["handWritten"]
@@ -95,16 +104,29 @@ def _divisors(n: int, limit: int) -> list[int]:
     return [d for d in range(1, min(n, limit) + 1) if n % d == 0]
 
 
+@cache
+def preflight() -> ModuleType:
+    """The engines' preflight (chart/files/preflight.py) as a module: generate checks tensor
+    parallel with its rule, so a size generate accepts is one the pod does not refuse at start."""
+    path = paths.CHART / "files" / "preflight.py"
+    spec = importlib.util.spec_from_file_location("mooncake_pd_chart_preflight", path)
+    if spec is None or spec.loader is None:
+        raise GenerateError(f"{path}: cannot load the preflight")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def check_topology(model: modelmod.Model, accelerator: Accelerator, roles: dict[str, RoleTopology]) -> None:
     """Raise GenerateError naming the option when a role's parallelism cannot work."""
     per_node = accelerator.devices_per_node
+    rules = preflight()
+    text, _ = rules.text_config(model.raw)
     for role, t in roles.items():
-        valid = ", ".join(map(str, _divisors(model.num_attention_heads, per_node)))
-        if model.num_attention_heads % t.tensor:
-            raise GenerateError(
-                f"--{role}-tp {t.tensor}: num_attention_heads ({model.num_attention_heads}) is not divisible "
-                f"by it; valid on {accelerator.type}: {valid}"
-            )
+        problem = rules.tensor_parallel_problem(text, t.tensor)
+        if problem:
+            valid = ", ".join(map(str, rules.valid_tensor_parallel(text, per_node)))
+            raise GenerateError(f"--{role}-tp {t.tensor}: {problem}; valid on {accelerator.type}: {valid}")
         if t.data % t.nodes:
             raise GenerateError(
                 f"--{role}-dp {t.data}: not divisible by --{role}-nodes {t.nodes}; valid --{role}-dp: "
@@ -119,9 +141,14 @@ def check_topology(model: modelmod.Model, accelerator: Accelerator, roles: dict[
                 f"{', '.join(map(str, local_ok))}, or more --{role}-nodes"
             )
     p, d = roles["prefill"].tensor, roles["decode"].tensor
+    # The connector's rule, as the chart's validate.parallelism applies it.
+    if accelerator.tensor_rule == "equal" and p != d:
+        raise GenerateError(f"--decode-tp {d}: differs from --prefill-tp {p}; {accelerator.connector} needs equal TP")
+    if accelerator.tensor_rule != "prefillMultiple":
+        return
     if p < d:
         raise GenerateError(
-            f"--prefill-tp {p}: below --decode-tp {d}; MooncakeConnectorV1 needs prefill TP >= decode TP"
+            f"--prefill-tp {p}: below --decode-tp {d}; {accelerator.connector} needs prefill TP >= decode TP"
         )
     if not model.is_mla and p % d:
         valid = ", ".join(str(x) for x in _divisors(p, p) if model.num_attention_heads % x == 0)
