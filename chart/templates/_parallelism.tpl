@@ -15,12 +15,16 @@ values. */}}
 {{- mul (int .parallelism.tensor) (int (include "mooncake-pd.parallelism.dataLocal" .)) -}}
 {{- end }}
 
-{{/* Side-channel ports a role binds from kvPort, by the connector's sideChannelPerRank
-(profiles.yaml): "tensor", kvPort + dp_rank x tp + tp_rank, so data x tensor ports (Mooncake,
-vLLM-Ascend's V1 and upstream); "one", kvPort + dp_rank, so data ports (NIXL).
+{{/* Side-channel ports per DP rank, by the connector's sideChannelPerRank (profiles.yaml):
+"tensor", kvPort + dp_rank x tp + tp_rank, so tensor ports (Mooncake, vLLM-Ascend's V1 and
+upstream); "one", kvPort + dp_rank (NIXL). Context: (dict "root" $ "role" "prefill"). */}}
+{{- define "mooncake-pd.parallelism.kvPortsPerRank" -}}
+{{- $p := (index .root.Values .role).parallelism -}}
+{{- ternary (int $p.tensor) 1 (eq (include "mooncake-pd.profile.connectorData" .root | fromJson).sideChannelPerRank "tensor") -}}
+{{- end }}
+
+{{/* Side-channel ports a role binds from kvPort: data x kvPortsPerRank.
 Context: (dict "root" $ "role" "prefill"). */}}
 {{- define "mooncake-pd.parallelism.kvPortCount" -}}
-{{- $p := (index .root.Values .role).parallelism -}}
-{{- $perRank := ternary (int $p.tensor) 1 (eq (include "mooncake-pd.profile.connectorData" .root | fromJson).sideChannelPerRank "tensor") -}}
-{{- mul (int $p.data) $perRank -}}
+{{- mul (int (index .root.Values .role).parallelism.data) (int (include "mooncake-pd.parallelism.kvPortsPerRank" .)) -}}
 {{- end }}

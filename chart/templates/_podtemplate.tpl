@@ -26,7 +26,7 @@ metadata:
     checksum/preflight: {{ $root.Files.Get "files/preflight.py" | sha256sum }}
     {{- end }}
     # ... and so does a change to the other programs it runs (chart/files).
-    checksum/programs: {{ include "mooncake-pd.programs.checksum" (dict "root" $root "names" (concat (list "kv_transfer_config.py") (ternary (list "download_model.py") list (eq $root.Values.model.storage.type "download")))) }}
+    checksum/programs: {{ include "mooncake-pd.programs.checksum" (dict "root" $root "names" (include "mooncake-pd.programs.engine" $root | fromJsonArray)) }}
 spec:
   hostNetwork: true
   # Host network pods need this to resolve cluster Services (and ENTRY_ADDRESS).

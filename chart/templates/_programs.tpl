@@ -7,14 +7,21 @@ is a key of the scripts ConfigMap, mounted at /workspace/<name> where it runs.
 kv_transfer_config.py (and preflight.py with engine.preflight.enabled, download_model.py in the
 download init container); the helm test pod chat_check.py; the benchmark Job bench_result.py. */}}
 {{- define "mooncake-pd.programs.files" -}}
-{{- $names := list "kv_transfer_config.py" -}}
+{{- $names := include "mooncake-pd.programs.engine" . | fromJsonArray -}}
 {{- if .Values.engine.preflight.enabled }}{{ $names = append $names "preflight.py" }}{{ end -}}
-{{- if eq .Values.model.storage.type "download" }}{{ $names = append $names "download_model.py" }}{{ end -}}
 {{- if and .Values.test.enabled (ne .Values.router.type "none") }}{{ $names = append $names "chat_check.py" }}{{ end -}}
 {{- if .Values.benchmark.enabled }}{{ $names = append $names "bench_result.py" }}{{ end -}}
 {{- $files := dict -}}
 {{- range $name := $names }}{{ $_ := set $files $name ($.Files.Get (printf "files/%s" $name)) }}{{ end -}}
 {{- toJson $files -}}
+{{- end }}
+
+{{/* The programs an engine pod runs besides the preflight (which has a checksum of its own):
+kv_transfer_config.py, and download_model.py in the download init container. JSON list. */}}
+{{- define "mooncake-pd.programs.engine" -}}
+{{- $names := list "kv_transfer_config.py" -}}
+{{- if eq .Values.model.storage.type "download" }}{{ $names = append $names "download_model.py" }}{{ end -}}
+{{- toJson $names -}}
 {{- end }}
 
 {{/* A pod's volume of the scripts ConfigMap (read-only files). */}}

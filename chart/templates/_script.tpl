@@ -97,7 +97,6 @@ values key each check answers to. Context: (dict "root" $ "role" "prefill"). */}
 {{- $v := index $root.Values .role -}}
 {{- $p := $v.parallelism -}}
 {{- $profile := include "mooncake-pd.profile" $root | fromJson -}}
-{{- $perRank := ternary (int $p.tensor) 1 (eq (include "mooncake-pd.profile.connectorData" $root | fromJson).sideChannelPerRank "tensor") -}}
 {{- $ports := list (dict "port" (int $v.port) "key" (printf "%s.port" .role)) (dict "port" (int $v.dataParallelRpcPort) "key" (printf "%s.dataParallelRpcPort" .role)) -}}
 {{- $mounts := dict -}}
 {{- range $profile.hostMounts }}{{ $_ := set $mounts .hostFile .mountPath }}{{ end -}}
@@ -110,7 +109,7 @@ values key each check answers to. Context: (dict "root" $ "role" "prefill"). */}
   "devicesKey" (printf "%s.parallelism" .role)
   "maxModelLen" (int64 $root.Values.model.maxModelLen)
   "ports" $ports
-  "kvPorts" (dict "start" (int $v.kvPort) "perRank" $perRank "key" (printf "%s.kvPort" .role))
+  "kvPorts" (dict "start" (int $v.kvPort) "perRank" (int (include "mooncake-pd.parallelism.kvPortsPerRank" .)) "key" (printf "%s.kvPort" .role))
   "family" $profile.family
   "devicePattern" $profile.devicePattern
   "checks" (deepCopy $root.Values.engine.preflight.checks)
