@@ -22,6 +22,7 @@ EXIT_CODES = {
     "mooncake_pd.bench.JobFailed": FAILED,
     "mooncake_pd.cel.CelError": FAILED,
     "mooncake_pd.cel.CelUnsupported": FAILED,
+    "mooncake_pd.chartfiles.ChartFileError": BAD_INPUT,
     "mooncake_pd.docs.DocsError": BAD_INPUT,
     "mooncake_pd.errors.MooncakePdError": BAD_INPUT,
     "mooncake_pd.generate.GenerateError": BAD_INPUT,

@@ -12,8 +12,8 @@ import pytest
 import yaml
 
 from conftest import Renderer, assert_valid
+from mooncake_pd import chartfiles, model, paths
 from mooncake_pd import generate as gen
-from mooncake_pd import model, paths
 from mooncake_pd.commands.generate import command_lines, header_command
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -429,7 +429,7 @@ def test_generate_and_the_preflight_share_one_tensor_parallel_rule(tmp_path: Pat
     model = tmp_path / "model"
     model.mkdir()
     (model / "config.json").write_text(json.dumps(config))
-    rules = gen.preflight()
+    rules = chartfiles.program("preflight")
     for tensor in (5, 10):
         proc = cli("generate", "--model-dir", model, "--prefill-tp", str(tensor), "--output", tmp_path / "v.yaml")
         assert proc.returncode == 2

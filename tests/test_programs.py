@@ -5,27 +5,17 @@ rendered env and user; the e2e runs kv_transfer_config.py in real engine starts.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import subprocess
 import sys
 from pathlib import Path
-from types import ModuleType
 
 import pytest
 
-from mooncake_pd import paths
+from mooncake_pd import chartfiles, paths
 
 FILES = paths.CHART / "files"
-
-
-def program(name: str) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(f"chart_files_{name}", FILES / f"{name}.py")
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def test_kv_transfer_config_sets_engine_id_as_data():
@@ -59,7 +49,7 @@ def test_bench_result_prints_the_compact_json_after_the_marker(tmp_path: Path):
 
 def test_chat_check_retries_a_router_that_is_not_reachable(monkeypatch: pytest.MonkeyPatch):
     """Answers and HTTP errors: tests/test_routing.py runs the rendered program against a router."""
-    check = program("chat_check")
+    check = chartfiles.program("chat_check")
     monkeypatch.setattr(check, "ATTEMPTS", 2)
     monkeypatch.setattr(check, "RETRY_SECONDS", 0)
     request = {"model": "ds_r1", "max_tokens": 4, "messages": [{"role": "user", "content": "Hello"}]}

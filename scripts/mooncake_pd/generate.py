@@ -5,17 +5,14 @@ the engines' preflight derives it from the mounted model at start)."""
 from __future__ import annotations
 
 import copy
-import importlib.util
 from dataclasses import dataclass, field
-from functools import cache
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import yaml
 
+from mooncake_pd import chartfiles, paths, profiles
 from mooncake_pd import model as modelmod
-from mooncake_pd import paths, profiles
 from mooncake_pd.errors import MooncakePdError
 
 ROLES = ("prefill", "decode")
@@ -104,23 +101,11 @@ def _divisors(n: int, limit: int) -> list[int]:
     return [d for d in range(1, min(n, limit) + 1) if n % d == 0]
 
 
-@cache
-def preflight() -> ModuleType:
-    """The engines' preflight (chart/files/preflight.py) as a module: generate checks tensor
-    parallel with its rule, so a size generate accepts is one the pod does not refuse at start."""
-    path = paths.CHART / "files" / "preflight.py"
-    spec = importlib.util.spec_from_file_location("mooncake_pd_chart_preflight", path)
-    if spec is None or spec.loader is None:
-        raise GenerateError(f"{path}: cannot load the preflight")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def check_topology(model: modelmod.Model, accelerator: Accelerator, roles: dict[str, RoleTopology]) -> None:
     """Raise GenerateError naming the option when a role's parallelism cannot work."""
     per_node = accelerator.devices_per_node
-    rules = preflight()
+    # The preflight's own rule, so a size generate accepts is one the pod does not refuse at start.
+    rules = chartfiles.program("preflight")
     text, _ = rules.text_config(model.raw)
     for role, t in roles.items():
         problem = rules.tensor_parallel_problem(text, t.tensor)
