@@ -1,7 +1,8 @@
 # One entry point for people and CI. Every target installs what it needs first: a virtualenv in
 # .venv (requirements.txt), pinned helm 3 and 4 in .tools/helm, and for the tests checkov in its
 # own venv and the e2e venv (vLLM 0.13.0 CPU build, NIXL; .tools/e2e) with the vLLM-Ascend
-# overlay (.tools/ascend-overlay). `make render` installs only the venv and one helm.
+# overlay (.tools/ascend-overlay), and the local cluster's binaries, built from Go modules
+# (.tools/cluster; cluster/components.yaml). `make render` installs only the venv and one helm.
 SHELL := /bin/bash
 PYTHON ?= python3
 VENV := .venv
@@ -20,7 +21,8 @@ CHECKOV_STAMP := .tools/checkov/.installed
 E2E_STAMP := .tools/e2e/.installed .tools/ascend-overlay/.installed
 CHART_VERSION = $(shell sed -n 's/^version: *//p' chart/Chart.yaml)
 
-.PHONY: help tools helm render test unit test-time e2e e2e-2p1d e2e-venv conformance fuzz golden schema docs lint package clean
+.PHONY: help tools helm render test unit test-time e2e e2e-2p1d e2e-venv conformance fuzz golden schema docs lint package clean \
+	cluster-tools cluster-up cluster-down cluster-test
 
 help: ## List the targets.
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -50,7 +52,24 @@ $(PINNED_HELM): scripts/install-helm.sh
 helm: ## Install the pinned helm binaries (checksummed) into .tools/helm.
 	scripts/install-helm.sh $(HELM_VERSIONS)
 
-tools: $(STAMP) $(TEST_STAMP) $(CHECKOV_STAMP) $(E2E_STAMP) helm ## Install everything the other targets need.
+# The local cluster (tests/support/kube): etcd, kube-apiserver, kube-controller-manager,
+# kube-scheduler, KWOK and Kthena v1.0.0's controller-manager, built once from Go modules into
+# .tools/cluster/<component>-<version>/ and reused (a first build takes about 12 minutes on 2 cores).
+CLUSTER := PYTHONPATH=tests $(PY) -m support.kube
+
+cluster-tools: $(STAMP) ## Build (or reuse) the local cluster's binaries from Go modules into .tools/cluster.
+	$(CLUSTER) build
+
+cluster-up: cluster-tools ## Start the local cluster in out/cluster (KUBECONFIG=out/cluster/kubeconfig); it runs until cluster-down.
+	$(CLUSTER) up
+
+cluster-down: $(STAMP) ## Stop the local cluster of out/cluster by the PIDs it recorded.
+	$(CLUSTER) down
+
+cluster-test: $(TEST_STAMP) cluster-tools helm ## The tests against the local cluster: admission, helm 3 and 4 lifecycles, Kthena's controller.
+	$(PY) -m pytest -m cluster
+
+tools: $(STAMP) $(TEST_STAMP) $(CHECKOV_STAMP) $(E2E_STAMP) helm cluster-tools ## Install everything the other targets need.
 
 render: $(STAMP) $(RENDER_HELM_DEP) ## Render the chart with its defaults, validate it, write out/ and print a summary.
 	$(PY) -m mooncake_pd --helm $(RENDER_HELM) render --out out/mooncake-pd.yaml
@@ -61,15 +80,16 @@ PYTEST_PARALLEL := -n 2 --dist loadfile
 RUNS ?= 3
 BUDGET ?= 150
 
-test: tools ## Run the whole test suite: unit, render and conformance tests (helm 3 and 4), then the e2e.
-	$(PY) -m pytest -m "not e2e" $(PYTEST_PARALLEL)
+test: tools ## Run the whole test suite: unit, render and conformance tests (helm 3 and 4), the cluster tests, then the e2e.
+	$(PY) -m pytest -m "not e2e and not cluster" $(PYTEST_PARALLEL)
+	$(PY) -m pytest -m cluster
 	$(PY) -m pytest -m e2e
 
-unit: $(TEST_STAMP) $(CHECKOV_STAMP) $(E2E_STAMP) helm ## Everything but the e2e.
-	$(PY) -m pytest -m "not e2e" $(PYTEST_PARALLEL)
+unit: $(TEST_STAMP) $(CHECKOV_STAMP) $(E2E_STAMP) helm ## Everything but the cluster tests and the e2e.
+	$(PY) -m pytest -m "not e2e and not cluster" $(PYTEST_PARALLEL)
 
 test-time: $(TEST_STAMP) $(CHECKOV_STAMP) $(E2E_STAMP) helm ## Measure the non-e2e tests' wall time here and where it goes (RUNS=3, BUDGET=150 s): out/test-time/.
-	$(PY) scripts/measure_tests.py --runs $(RUNS) --budget $(BUDGET) -- -m "not e2e" $(PYTEST_PARALLEL)
+	$(PY) scripts/measure_tests.py --runs $(RUNS) --budget $(BUDGET) -- -m "not e2e and not cluster" $(PYTEST_PARALLEL)
 
 e2e-venv: $(E2E_STAMP) ## Install the e2e venv and the vLLM-Ascend overlay (scripts/install-e2e.sh).
 

@@ -104,9 +104,30 @@ def entry_runs(defaults: Rendered) -> dict[str, engines.EngineRun]:
     return {run.role: run for run in engines.entry_runs(defaults.objects, nodes.for_objects(defaults.objects))}
 
 
-def assert_valid(rendered: Rendered, crds: Path) -> None:
+def assert_valid(rendered: Rendered, crds: Path | None = None) -> None:
+    """Valid against the CRDs of the Kthena the render names (or `crds`), and Kubernetes'."""
     errors = validate.validate(rendered.objects, crds)
     assert errors == [], "\n".join(errors)
+
+
+@pytest.fixture(scope="session")
+def cluster(tmp_path_factory: pytest.TempPathFactory):
+    """The local cluster (tests/support/kube), one per session: built or reused, brought up in a
+    temp folder, stopped by PID at the end, also when a test fails. Only the `cluster` tests
+    use it; `make test` runs them in one process of their own."""
+    from support.kube import build
+    from support.kube.cluster import Cluster
+
+    try:
+        build.build_all(log=lambda _: None)
+    except build.BuildError as e:
+        pytest.fail(f"cluster: {e}")
+    instance = Cluster(tmp_path_factory.mktemp("cluster"))
+    instance.up()
+    try:
+        yield instance
+    finally:
+        instance.down()
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

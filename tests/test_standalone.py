@@ -59,8 +59,8 @@ def test_lone_copy_uses_its_own_package_and_crds(lone: Path):
     assert proc.returncode == 0, proc.stderr
     package, crds = (Path(line) for line in proc.stdout.split())
     assert package == lone / "scripts" / "mooncake_pd"
-    assert crds == lone / "scripts" / "mooncake_pd" / "crds" / "kthena"
-    assert sorted(p.name for p in crds.glob("*.yaml")) == sorted(p.name for p in (paths.KTHENA_CRDS).glob("*.yaml"))
+    assert crds == lone / "scripts" / "mooncake_pd" / "crds" / "kthena" / paths.DEFAULT_KTHENA
+    assert sorted(p.name for p in crds.glob("*.yaml")) == sorted(p.name for p in paths.crds_dir().glob("*.yaml"))
 
 
 def test_lone_copy_renders_and_validates(lone: Path, tmp_path: Path):

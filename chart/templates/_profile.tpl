@@ -19,7 +19,7 @@ is parsed once however often the profile is read. */}}
 {{- end -}}
 {{- $problems := list -}}
 {{- $required := $table.required | default dict -}}
-{{- range $section := list "accelerators" "families" "engines" "connectors" -}}
+{{- range $section := list "accelerators" "families" "engines" "connectors" "kthena" -}}
 {{- if not (get $required $section) }}{{ $problems = append $problems (printf "required.%s: missing; list the fields every row of %s must have" $section $section) }}{{ end -}}
 {{- end -}}
 {{- range $name, $row := $table.accelerators | default dict -}}
@@ -59,6 +59,12 @@ is parsed once however often the profile is read. */}}
 {{- end -}}
 {{- end -}}
 {{- end -}}
+{{- range $version, $row := $table.kthena | default dict -}}
+{{- range $field := $required.kthena | default list -}}
+{{- if not (hasKey $row $field) }}{{ $problems = append $problems (printf "kthena.%s.%s: missing; every Kthena version needs it (required.kthena)" $version $field) }}{{ end -}}
+{{- end -}}
+{{- end -}}
+{{- if not $table.kthena }}{{ $problems = append $problems "kthena: empty; list the Kthena versions the chart renders for, the default first" }}{{ end -}}
 {{- if $problems -}}
 {{- fail (printf "\n\nmooncake-pd: chart/%s is incomplete:\n  - %s\n" $file (join "\n  - " $problems)) -}}
 {{- end -}}
@@ -82,6 +88,13 @@ family's fields, `engine` (the row of its engine version, without the images) an
 {{- $_ := set $profile "image" (get $engine.images $type) -}}
 {{- $_ := set $profile "engine" (omit $engine "images") -}}
 {{- toJson $profile -}}
+{{- end }}
+
+{{/* The row of kthena.version in the kthena table, as JSON ({} for a version it does not
+list: the validate.rollout rules refuse it, naming the versions it has). */}}
+{{- define "mooncake-pd.profile.kthena" -}}
+{{- $table := include "mooncake-pd.profile.table" . | fromJson -}}
+{{- toJson (get $table.kthena (toString .Values.kthena.version) | default dict) -}}
 {{- end }}
 
 {{/* The KV connector: kvTransfer.connector, or the profile's default (its family's first). */}}

@@ -32,9 +32,15 @@ RELEASE = "deepseek-pd"
 NAMESPACE = "default"
 
 
-def crds_dir() -> Path:
-    """The Kthena CRD folder: $KTHENA_CRDS_DIR, else the CRDs vendored in the package."""
-    return Path(os.environ.get("KTHENA_CRDS_DIR") or KTHENA_CRDS)
+# The Kthena users install; chart/values.yaml's kthena.version default and the first row of the
+# kthena table of chart/files/profiles.yaml (tests/test_profiles.py keeps the three equal).
+DEFAULT_KTHENA = "v1.0.0"
+
+
+def crds_dir(kthena: str | None = None) -> Path:
+    """The Kthena CRD folder: $KTHENA_CRDS_DIR, else the CRDs of Kthena `kthena` (default: the
+    release users install) vendored in the package."""
+    return Path(os.environ.get("KTHENA_CRDS_DIR") or KTHENA_CRDS / (kthena or DEFAULT_KTHENA))
 
 
 class Missing(MooncakePdError):

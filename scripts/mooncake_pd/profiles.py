@@ -14,7 +14,7 @@ from typing import Any
 from mooncake_pd import manifests, paths
 from mooncake_pd.errors import MooncakePdError
 
-TABLES = ("accelerators", "families", "engines", "connectors")
+TABLES = ("accelerators", "families", "engines", "connectors", "kthena")
 
 
 class ProfileError(MooncakePdError):
@@ -73,6 +73,14 @@ def check(table: dict[str, Any]) -> list[str]:
                 for field in required.get("connectors") or ()
                 if field not in row
             ]
+    for version, row in (table.get("kthena") or {}).items():
+        problems += [
+            f"kthena.{version}.{field}: missing; every Kthena version needs it (required.kthena)"
+            for field in required.get("kthena") or ()
+            if field not in row
+        ]
+    if not table.get("kthena"):
+        problems.append("kthena: empty; list the Kthena versions the chart renders for, the default first")
     return problems
 
 
@@ -135,6 +143,11 @@ def profile(accelerator: str, path: Path | None = None) -> Profile:
         known = ", ".join(sorted(table["accelerators"]))
         raise ProfileError(f"accelerator.type: {accelerator!r} is not a known profile; use one of: {known}")
     return Profile(accelerator, row, table["families"][row["family"]], table["engines"][row["engineVersion"]])
+
+
+def kthena_versions(path: Path | None = None) -> list[str]:
+    """The Kthena versions of the kthena table, the default first."""
+    return list(load(path)["kthena"])
 
 
 def all_profiles(path: Path | None = None) -> dict[str, Profile]:

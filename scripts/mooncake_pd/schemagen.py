@@ -161,7 +161,7 @@ def kubernetes_definitions(version: str = KUBERNETES_FLOOR) -> dict[str, Any]:
 
 
 def _crd_schema(file: str, *path: str) -> dict[str, Any]:
-    crd = manifests.load((paths.KTHENA_CRDS / file).read_text())
+    crd = manifests.load((paths.crds_dir() / file).read_text())
     node = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
     for key in path:
         node = node["items"] if key == "[]" else node["properties"][key]
@@ -369,6 +369,7 @@ def generate(schema: dict[str, Any]) -> dict[str, Any]:
         node["allOf"] = [*others, rule]
 
     accelerator_type(out)
+    kthena_version(out)
     _named_maps(out)
     _strings(out, "", no_control)
     _required(out, "")
@@ -410,6 +411,18 @@ def accelerator_type(schema: dict[str, Any]) -> None:
     node["description"] = (
         "The accelerator profile (a row of chart/files/profiles.yaml): device resource, image, KV connector, "
         f"NIC variables and host mounts. {described}."
+    )
+
+
+def kthena_version(schema: dict[str, Any]) -> None:
+    """kthena.version: one of the kthena table of chart/files/profiles.yaml, each described there."""
+    node = _node(schema, "kthena.version")
+    rows = profiles.load()["kthena"]
+    node["enum"] = list(rows)
+    described = "; ".join(f"`{name}`: {row['description']}" for name, row in rows.items())
+    node["description"] = (
+        "The Kthena the cluster runs (a row of the kthena table of chart/files/profiles.yaml): what its "
+        f"ModelServing accepts and which CRDs the tooling validates against. {described}."
     )
 
 

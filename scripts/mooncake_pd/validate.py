@@ -147,8 +147,24 @@ def pod_templates(modelserving: Manifest) -> list[tuple[str, Manifest]]:
     return pods
 
 
+KTHENA_VERSION_ANNOTATION = "mooncake-pd/kthena-version"
+
+
+def kthena_version(objects: Iterable[Manifest]) -> str | None:
+    """The Kthena version a render is written for: its ModelServing's annotation (None without)."""
+    for obj in objects:
+        if obj.get("kind") == "ModelServing":
+            version = (obj.get("metadata", {}).get("annotations") or {}).get(KTHENA_VERSION_ANNOTATION)
+            return str(version) if version else None
+    return None
+
+
 def validate(objects: Iterable[Manifest], crds: Path | None = None) -> list[str]:
-    """Every problem found in the objects, as human-readable lines; empty when all are valid."""
+    """Every problem found in the objects, as human-readable lines; empty when all are valid.
+    `crds`: the Kthena CRD folder; by default that of the Kthena the ModelServing names
+    (kthena_version), $KTHENA_CRDS_DIR when set."""
+    objects = list(objects)
+    crds = crds or paths.crds_dir(kthena_version(objects))
     errors: list[str] = []
     for obj in objects:
         group = obj.get("apiVersion", "").split("/")[0]

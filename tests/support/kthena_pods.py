@@ -23,6 +23,7 @@ def expected_pods(modelserving: dict) -> list[PodIdentity]:
         PodIdentity(name, g, role["name"], r, i, workers=role["workerReplicas"])
         for g in range(spec["replicas"])
         for role in spec["template"]["roles"]
-        for r in range(role["replicas"])
+        # Without replicas (the autoscaler owns them) the CRD defaults them to 1 at create.
+        for r in range(role.get("replicas", 1))
         for i in range(role["workerReplicas"] + 1)
     ]

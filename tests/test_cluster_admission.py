@@ -1,0 +1,81 @@
+"""The API server is the oracle of what the cluster admits (issue #25 item 3): every render the
+suite makes of the presets (the defaults, values/, chart/ci/) and a sample of the values sets the
+property-based fuzz accepts are applied to the local cluster's kube-apiserver with server-side
+dry-run and strict field validation, so that every admission step runs: built-in validation
+(pkg/apis/core/validation and the rest), CRD schemas, defaults and CEL rules of Kthena v1.0.0's
+CRDs, and Kthena's own validating and mutating webhooks. A render helm accepts and the API
+server refuses fails with the object and the API server's message. Nothing is stored."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from mooncake_pd import helm, manifests, paths
+from support.kube.api import ApiError, Client
+from test_fuzz import PRESETS, mutation, render_values
+
+pytestmark = pytest.mark.cluster
+FUZZ_EXAMPLES = int(os.environ.get("MOONCAKE_PD_CLUSTER_FUZZ", "100"))
+
+
+def refusals(api: Client, objects: list[dict[str, Any]]) -> list[str]:
+    """What the API server says of each object it would refuse, as `Kind/name: message`."""
+    found = []
+    for obj in objects:
+        try:
+            api.apply(obj, dry_run=True)
+        except ApiError as e:
+            found.append(f"{obj['kind']}/{obj['metadata']['name']}: {e.message}")
+    return found
+
+
+def _preset_id(preset: Path | None) -> str:
+    return "defaults" if preset is None else f"{preset.parent.name}/{preset.name}"
+
+
+@pytest.mark.parametrize("preset", PRESETS, ids=_preset_id)
+def test_every_preset_is_admitted(cluster, preset: Path | None):
+    text = helm.template(paths.helm_binary(), (preset,) if preset else ())
+    objects = manifests.parse(text)
+    assert objects
+    problems = refusals(cluster.client(), objects)
+    assert problems == [], "the API server refuses what helm rendered:\n" + "\n".join(problems)
+
+
+def test_the_webhook_runs_in_dry_run(cluster):
+    """Kthena's ModelServing webhook answers in the dry run: a role-level maxUnavailable without
+    RoleRollingUpdate passes the CRD schema and is refused by the webhook alone
+    (pkg/model-serving-controller/webhook/validator.go validateMaxUnavailableForRoles)."""
+    objects = manifests.parse(helm.template(paths.helm_binary(), ()))
+    ms = manifests.one(objects, "ModelServing")
+    roles = [{**role, "maxUnavailable": 1} for role in ms["spec"]["template"]["roles"]]
+    with pytest.raises(ApiError) as refused:
+        cluster.client().apply(
+            {**ms, "spec": {**ms["spec"], "template": {**ms["spec"]["template"], "roles": roles}}}, dry_run=True
+        )
+    message = refused.value.message
+    assert "validate-workload-ai-v1alpha1-modelserving.volcano.sh" in message, message
+    assert "maxUnavailable is only valid when rolloutStrategy.type is RoleRollingUpdate" in message, message
+
+
+@settings(
+    max_examples=FUZZ_EXAMPLES,
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much],
+    database=None,
+)
+@given(preset=st.sampled_from(PRESETS), changes=st.lists(mutation(), min_size=1, max_size=2))
+def test_fuzzed_values_the_chart_accepts_are_admitted(cluster, preset, changes):
+    text, refusal = render_values(paths.DEFAULT_HELM_VERSION, preset, changes)
+    if refusal is not None:
+        return
+    problems = refusals(cluster.client(), manifests.parse(text))
+    where = f"preset {_preset_id(preset)}, changes {changes}"
+    assert problems == [], f"{where}: helm renders, the API server refuses:\n" + "\n".join(problems)
