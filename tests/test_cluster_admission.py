@@ -16,9 +16,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from mooncake_pd import helm, manifests, paths
+from mooncake_pd import helm, manifests, paths, schemagen
 from support.kube.api import ApiError, Client
-from test_fuzz import PRESETS, mutation, render_values
+from test_fuzz import KEYS, PRESETS, _drawn_from_schema, mutation, render_values
 
 pytestmark = pytest.mark.cluster
 FUZZ_EXAMPLES = int(os.environ.get("MOONCAKE_PD_CLUSTER_FUZZ", "100"))
@@ -79,3 +79,45 @@ def test_fuzzed_values_the_chart_accepts_are_admitted(cluster, preset, changes):
     problems = refusals(cluster.client(), manifests.parse(text))
     where = f"preset {_preset_id(preset)}, changes {changes}"
     assert problems == [], f"{where}: helm renders, the API server refuses:\n" + "\n".join(problems)
+
+
+# The values that pass straight into Kubernetes objects (typed from Kubernetes' OpenAPI by
+# schemagen): where the API server's own rules (pkg/apis/core/validation and the rest) go beyond
+# what OpenAPI states, so where a render helm accepts is most likely refused.
+PASS_THROUGH = sorted({k.removesuffix("[]") for k in schemagen.K8S_FIELDS} | set(schemagen.LABEL_MAPS))
+assert set(PASS_THROUGH) <= {k for k, _ in KEYS}, set(PASS_THROUGH) - {k for k, _ in KEYS}
+
+
+@st.composite
+def pass_through(draw) -> tuple[str, object]:
+    path = draw(st.sampled_from(PASS_THROUGH))
+    return path, draw(_drawn_from_schema(path))
+
+
+@settings(
+    max_examples=FUZZ_EXAMPLES,
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much],
+    database=None,
+)
+@given(preset=st.sampled_from(PRESETS), changes=st.lists(pass_through(), min_size=1, max_size=2))
+def test_pass_through_fields_the_chart_accepts_are_admitted(cluster, preset, changes):
+    text, refusal = render_values(paths.DEFAULT_HELM_VERSION, preset, changes)
+    if refusal is not None:
+        return
+    problems = refusals(cluster.client(), manifests.parse(text))
+    where = f"preset {_preset_id(preset)}, changes {changes}"
+    assert problems == [], f"{where}: helm renders, the API server refuses:\n" + "\n".join(problems)
+
+
+def test_a_float_quantity_in_an_engine_role_is_admitted(cluster, tmp_path: Path):
+    """`cpu: 0.5` from a values file is a float; Kthena's CRD types the pod template's quantities
+    int-or-string and refused it until the chart wrote them as strings."""
+    values = tmp_path / "float.yaml"
+    values.write_text("prefill:\n  resources:\n    requests:\n      cpu: 0.5\n")
+    objects = manifests.parse(helm.template(paths.helm_binary(), (values,)))
+    ms = manifests.one(objects, "ModelServing")
+    requests = ms["spec"]["template"]["roles"][0]["entryTemplate"]["spec"]["containers"][0]["resources"]["requests"]
+    assert requests["cpu"] == "0.5"
+    assert refusals(cluster.client(), objects) == []

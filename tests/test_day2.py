@@ -70,9 +70,11 @@ def test_role_rolling_update(render: Renderer):
     rendered = render(
         overrides={
             "kthena": {"version": "main-3cc0572"},
+            # Role rollouts renumber role replicas: behind the Kthena router, not the proxy.
+            "router": {"type": "kthena"},
             "recoveryPolicy": "RoleRecreate",
             "rolloutStrategy": {"type": "RoleRollingUpdate"},
-            "decode": {"replicas": 4, "maxUnavailable": "50%", "partition": 1},
+            "decode": {"replicas": 4, "maxUnavailable": "50%", "partition": 1, "port": 7100},
         }
     )
     assert_valid(rendered)

@@ -43,9 +43,8 @@ def test_role_rollout_on_v1_leaves_out_the_role_partition(render: Renderer):
 
 
 def test_role_partition_renders_for_a_later_kthena_and_its_crds_only(render: Renderer):
-    rendered = render(
-        overrides={**ROLE_ROLLOUT, "kthena": {"version": "main-3cc0572"}, "decode": {"replicas": 2, "partition": 1}}
-    )
+    later = {"kthena": {"version": "main-3cc0572"}, "router": {"type": "kthena"}}
+    rendered = render(overrides={**ROLE_ROLLOUT, **later, "decode": {"replicas": 2, "partition": 1, "port": 7100}})
     assert rendered.role("decode")["partition"] == 1
     assert_valid(rendered)
     # The same object against v1.0.0's CRD: the role has no such field there.

@@ -31,6 +31,11 @@ IDS = [f"g{g}-p{p}-w{w}-{r}" for g, p, w, r in MATRIX]
 
 @pytest.mark.parametrize(("groups", "prefills", "workers", "router"), MATRIX, ids=IDS)
 def test_matrix_renders_validates_and_covers_every_pod(render: Renderer, crds, groups, prefills, workers, router):
+    if router == "proxy" and groups > 1:
+        # Kthena renumbers the serving groups it recreates; the proxy's Services could not follow.
+        error = render.error(overrides=scenario(groups, prefills, workers, router))
+        assert f"servingGroups: {groups} with router.type proxy" in error
+        return
     rendered = render(overrides=scenario(groups, prefills, workers, router))
     assert_valid(rendered, crds)
     for obj in rendered.objects:
@@ -106,11 +111,11 @@ def check_model_server(rendered: Rendered, pods) -> None:
 
 
 def test_proxy_lists_follow_replicas(render: Renderer):
-    rendered = render(overrides={"servingGroups": 4, "prefill": {"replicas": 1}, "decode": {"replicas": 2}})
+    rendered = render(overrides={"prefill": {"replicas": 3}, "decode": {"replicas": 2}})
     proxy = parse_proxy_args(rendered.one("Deployment")["spec"]["template"]["spec"]["containers"][0]["args"])
-    assert proxy.prefiller_hosts == tuple(f"deepseek-pd-{g}-prefill-0.default.svc" for g in range(4))
-    assert proxy.decoder_hosts == tuple(f"deepseek-pd-{g}-decode-{r}.default.svc" for g in range(4) for r in range(2))
-    assert proxy.decoder_ports == (7101,) * 8
+    assert proxy.prefiller_hosts == tuple(f"deepseek-pd-0-prefill-{r}.default.svc" for r in range(3))
+    assert proxy.decoder_hosts == tuple(f"deepseek-pd-0-decode-{r}.default.svc" for r in range(2))
+    assert proxy.decoder_ports == (7101,) * 2
 
 
 THREE_NODE_DECODE = {"decode": {"workerReplicas": 2, "parallelism": {"tensor": 1, "data": 12, "dataLocal": 4}}}

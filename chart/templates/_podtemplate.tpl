@@ -16,6 +16,16 @@ Context: (dict "root" $ "role" "prefill" "worker" false).
 {{- $_ := set $resources $kind (merge (dict $profile.resourceName $devices) (get $resources $kind | default dict)) }}
 {{- end }}
 {{- end -}}
+{{- /* Quantities as strings: inside the ModelServing the pod template is checked by Kthena's
+CRD, whose quantities are int-or-string, so a float from a values file (cpu: 0.5) is refused
+there ("must be of type integer,string"), though a Deployment would take it. */ -}}
+{{- range $kind := list "requests" "limits" }}
+{{- $quantities := dict }}
+{{- range $name, $quantity := get $resources $kind | default dict }}
+{{- $_ := set $quantities $name (toString $quantity) }}
+{{- end }}
+{{- if hasKey $resources $kind }}{{ $_ := set $resources $kind $quantities }}{{ end }}
+{{- end -}}
 metadata:
   labels:
     {{- include "mooncake-pd.labels.pod" (dict "root" $root "component" $role) | nindent 4 }}

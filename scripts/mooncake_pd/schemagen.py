@@ -146,6 +146,17 @@ CIDR = rf"^({_V4}/(3[0-2]|[12]?[0-9])|({_V6})/(12[0-8]|1[01][0-9]|[1-9]?[0-9]))$
 # ValidateLabelSelectorRequirement; core/validation ValidateNodeSelectorRequirement).
 SELECTOR_OPERATORS = ["In", "NotIn", "Exists", "DoesNotExist"]
 NODE_SELECTOR_OPERATORS = [*SELECTOR_OPERATORS, "Gt", "Lt"]
+# Security-context enums (core/validation ValidateProcMountType, validateFSGroupChangePolicy,
+# validateSeccompProfileType; the local cluster's API server refused "" for procMount, found by
+# tests/test_cluster_admission.py); a Localhost seccomp profile needs localhostProfile, which
+# only it may have (validateSeccompProfileField).
+# Unmasked needs the pod's hostUsers false ("`hostUsers` must be false to use `Unmasked`"), which
+# no pod of the chart sets: Default is the one value that can work.
+PROC_MOUNT_TYPES = ["Default"]
+MAX_ID = 2**31 - 1
+SYSCTL_NAME = r"^([a-z0-9]([-_a-z0-9]*[a-z0-9])?[\./])*[a-z0-9]([-_a-z0-9]*[a-z0-9])?$"
+FS_GROUP_CHANGE_POLICIES = ["OnRootMismatch", "Always"]
+SECCOMP_PROFILE_TYPES = ["Localhost", "RuntimeDefault", "Unconfined"]
 # Probe fields (core/validation validateProbe, ValidateNonnegativeField): >= 0, 0 meaning the
 # default (core/v1/defaults.go SetDefaults_Probe); terminationGracePeriodSeconds > 0;
 # liveness and startup probes need successThreshold 1 (validateContainerCommon "must be 1").
@@ -276,6 +287,9 @@ def api_server_rules(wanted: dict[str, Any]) -> None:
                 EXTENDED_RESOURCE: integer,
             }
             field["additionalProperties"] = False
+    # resources.claims name a pod-level resourceClaims entry (core/validation
+    # validateResourceClaimNames), which no pod of the chart has: every claim would be refused.
+    _properties(wanted, "io.k8s.api.core.v1.ResourceRequirements").pop("claims", None)
     ip_block = _properties(wanted, "io.k8s.api.networking.v1.IPBlock")
     if ip_block:
         ip_block["cidr"]["pattern"] = CIDR
@@ -303,13 +317,74 @@ def api_server_rules(wanted: dict[str, Any]) -> None:
         if requirement:
             requirement["key"]["pattern"] = LABEL_KEY
             requirement["operator"]["enum"] = operators
+    # Values by operator (ValidateLabelSelectorRequirement, ValidateNodeSelectorRequirement): In
+    # and NotIn need some, Exists and DoesNotExist none, Gt and Lt exactly one; node values are
+    # label values (found by tests/test_cluster_admission.py, with an empty nodeSelectorTerms).
+    for name, counted in (
+        ("io.k8s.apimachinery.pkg.apis.meta.v1.LabelSelectorRequirement", False),
+        ("io.k8s.api.core.v1.NodeSelectorRequirement", True),
+    ):
+        found = wanted.get(name)
+        if found:
+            rule_node: dict[str, Any] = found
+            rules = [
+                _operator_rule(["In", "NotIn"], {"required": ["values"], "properties": {"values": {"minItems": 1}}}),
+                _operator_rule(["Exists", "DoesNotExist"], {"properties": {"values": {"maxItems": 0}}}),
+            ]
+            if counted:
+                single = {"required": ["values"], "properties": {"values": {"minItems": 1, "maxItems": 1}}}
+                rules.append(_operator_rule(["Gt", "Lt"], single))
+                rule_node["properties"]["values"]["items"]["pattern"] = LABEL_VALUE
+            rule_node["allOf"] = [*rule_node.get("allOf", []), *rules]
+    sysctl = _properties(wanted, "io.k8s.api.core.v1.Sysctl")
+    if sysctl:
+        # core/validation IsValidSysctlName (found by tests/test_cluster_admission.py: "").
+        sysctl["name"]["pattern"] = SYSCTL_NAME
+        sysctl["name"]["maxLength"] = 253
+    node_selector = _properties(wanted, "io.k8s.api.core.v1.NodeSelector")
+    if node_selector:
+        node_selector["nodeSelectorTerms"]["minItems"] = 1
     term = _properties(wanted, "io.k8s.api.core.v1.PodAffinityTerm")
     if term:
         term["topologyKey"]["pattern"] = LABEL_KEY
+    for name, key, values in (
+        ("io.k8s.api.core.v1.SecurityContext", "procMount", PROC_MOUNT_TYPES),
+        ("io.k8s.api.core.v1.PodSecurityContext", "fsGroupChangePolicy", FS_GROUP_CHANGE_POLICIES),
+        ("io.k8s.api.core.v1.SeccompProfile", "type", SECCOMP_PROFILE_TYPES),
+    ):
+        field = _properties(wanted, name).get(key)
+        if field:
+            field["enum"] = values
+    # User and group IDs (k8s.io/apimachinery/pkg/util/validation IsValidUserID/IsValidGroupID:
+    # 0 to 2^31-1; the local cluster's API server refused runAsGroup -1).
+    for name in ("io.k8s.api.core.v1.SecurityContext", "io.k8s.api.core.v1.PodSecurityContext"):
+        fields = _properties(wanted, name)
+        for key in ("runAsUser", "runAsGroup", "fsGroup"):
+            if key in fields:
+                fields[key]["minimum"], fields[key]["maximum"] = 0, MAX_ID
+        if "supplementalGroups" in fields:
+            fields["supplementalGroups"]["items"]["minimum"] = 0
+            fields["supplementalGroups"]["items"]["maximum"] = MAX_ID
+    seccomp = wanted.get("io.k8s.api.core.v1.SeccompProfile")
+    if seccomp:
+        seccomp["if"] = {"properties": {"type": {"const": "Localhost"}}, "required": ["type"]}
+        seccomp["then"] = {"required": ["localhostProfile"]}
+        seccomp["else"] = {"not": {"required": ["localhostProfile"]}}
+    peer = wanted.get("io.k8s.api.networking.v1.NetworkPolicyPeer")
+    if peer:
+        # networking/validation ValidateNetworkPolicyPeer: "must specify a peer", and "may not
+        # specify both ipBlock and another peer" (found by tests/test_cluster_admission.py).
+        peer["anyOf"] = [{"required": [key]} for key in ("podSelector", "namespaceSelector", "ipBlock")]
+        peer["if"] = {"required": ["ipBlock"]}
+        peer["then"] = {"not": {"anyOf": [{"required": ["podSelector"]}, {"required": ["namespaceSelector"]}]}}
     toleration = _properties(wanted, "io.k8s.api.core.v1.Toleration")
     if toleration:
         # Empty with operator Exists matches every taint (core/validation validateTolerations).
         toleration["key"]["pattern"] = LABEL_KEY.replace("^(", "^$|^(", 1)
+
+
+def _operator_rule(operators: list[str], then: dict[str, Any]) -> dict[str, Any]:
+    return {"if": {"properties": {"operator": {"enum": operators}}, "required": ["operator"]}, "then": then}
 
 
 def _node(schema: dict[str, Any], path: str) -> dict[str, Any]:

@@ -1,6 +1,7 @@
 {{/*
-Rules of names: the ModelServing and role names Kthena's CRD and webhook accept, and the
-longest name Kthena derives from them.
+Rules of names: the ModelServing and role names Kthena's CRD and webhook accept, the
+longest name Kthena derives from them, and the names of imagePullSecrets (a list keyed by name:
+server-side apply, helm 4's default, refuses a repeated key, "duplicate entries for key").
 */}}
 {{- define "mooncake-pd.validate.names" -}}
 {{- $errors := list -}}
@@ -26,6 +27,16 @@ the most replicas the autoscaler may set. */ -}}
 {{- if or (gt (len $podName) 63) (not (regexMatch $dns1035 $podName)) }}
 {{- $errors = append $errors (printf "fullnameOverride / release name: Kthena's pod name check %q (name-groups-role-replicas-workers) is %d characters, above 63 or not DNS-1035; shorten the release name or %s.name%s" $podName (len $podName) $role (ternary (printf ", or lower autoscaling.%s.maxReplicas (the replicas in the check)" $role) "" $.Values.autoscaling.enabled)) }}
 {{- end }}
+{{- end }}
+{{- $pullSecrets := dict -}}
+{{- range $i, $secret := .Values.imagePullSecrets }}
+{{- $name := toString (get $secret "name") }}
+{{- if not $name }}
+{{- $errors = append $errors (printf "imagePullSecrets[%d].name: empty; name the Secret (type kubernetes.io/dockerconfigjson) the kubelet pulls with" $i) }}
+{{- else if hasKey $pullSecrets $name }}
+{{- $errors = append $errors (printf "imagePullSecrets[%d].name: %q is listed twice; list each Secret once (the API server's server-side apply refuses duplicate entries)" $i $name) }}
+{{- end }}
+{{- $_ := set $pullSecrets $name true }}
 {{- end }}
 {{- toJson $errors -}}
 {{- end }}

@@ -73,6 +73,16 @@ class Cluster:
     def server(self) -> str:
         return f"https://127.0.0.1:{self.ports['apiserver']}"
 
+    @property
+    def pod_metrics_file(self) -> Path:
+        """What the engines' /metrics say to Kthena's autoscaler (podmetrics.py), by pod address."""
+        return self.folder / "kthena" / "pod-metrics.json"
+
+    def set_pod_metrics(self, table: dict[str, dict[str, float]]) -> None:
+        tmp = self.pod_metrics_file.with_suffix(".tmp")
+        tmp.write_text(json.dumps(table))
+        tmp.replace(self.pod_metrics_file)
+
     def client(self) -> Client:
         return Client(self.server, ADMIN_TOKEN, self.ca)
 
@@ -240,7 +250,7 @@ class Cluster:
             # With leases kwok renews node status every 20-45 s (without, every 10-20 min, and
             # the node lifecycle controller would evict the pods): kwok v0.7.0 root.go ~171.
             "--node-lease-duration-seconds", "40",
-            "--cidr", "10.0.0.1/16",
+            "--cidr", POD_CIDR,
             "--config", str(build.CLUSTER / "kwok-stages.yaml"),
         ], {"KWOK_WORKDIR": str(self.folder / "kwok")})  # fmt: skip
 
@@ -285,7 +295,10 @@ class Cluster:
             "KUBERNETES_SERVICE_PORT": str(api_port),
             "POD_NAMESPACE": KTHENA_NAMESPACE,
         }
-        self.start("kthena-controller-manager", isolated(argv, inside, account, home / "run.sh"), env)
+        self.pod_metrics_file.write_text("{}")
+        podmetrics = [sys.executable, str(PODMETRICS), str(self.pod_metrics_file), *map(str, METRICS_PORTS)]
+        wrapped = isolated(argv, inside, account, home / "run.sh", (podmetrics,))
+        self.start("kthena-controller-manager", wrapped, env)
         api = self.client()
         api.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": KTHENA_NAMESPACE}})
 
@@ -350,7 +363,8 @@ class Cluster:
             "--service-cluster-ip-range", SERVICE_CIDR,
             # The `kubernetes` Service cannot point at a loopback address; nothing in-cluster uses it.
             "--endpoint-reconciler-type", "none",
-            # The chart's engines on Ascend run privileged with host networking, as the guide's do.
+            # As on a real cluster: a user may run an engine privileged (engine.securityContext); the
+            # chart's own pods are not.
             "--allow-privileged=true",
             "--cert-dir", str(self.folder / "pki" / "apiserver-generated"),
         ])  # fmt: skip
@@ -401,6 +415,13 @@ RELAY = Path(__file__).with_name("relay.py")
 SERVICE_ACCOUNT_DIR = "/run/secrets/kubernetes.io/serviceaccount"
 KTHENA_NAMESPACE = "kthena-system"
 KTHENA_WEBHOOK_PORT = 8443
+PODMETRICS = Path(__file__).with_name("podmetrics.py")
+# KWOK's pod addresses (--cidr) and the nodes' InternalIPs (host-network pods): never bound on
+# the host, local routes inside Kthena's namespace.
+POD_CIDR = "10.0.0.1/16"
+LOCAL_NETS = ("10.0.0.0/16", "10.1.0.0/16")
+# The engine ports the autoscaling presets' metric sources scrape (values/*autoscaling*).
+METRICS_PORTS = (7100,)
 
 
 NODES = build.CLUSTER / "nodes.yaml"
@@ -504,7 +525,9 @@ def _webhooks(ca_pem: bytes, port: int) -> list[dict[str, Any]]:
     ]
 
 
-def isolated(argv: list[str], relays: list[str], service_account: Path, script: Path) -> list[str]:
+def isolated(
+    argv: list[str], relays: list[str], service_account: Path, script: Path, beside: tuple[list[str], ...] = ()
+) -> list[str]:
     """`argv` in a network and mount namespace of its own: only its loopback (brought up), a relay
     (relay.py `relays` pairs) beside it inside, and client-go's in-cluster files copied from
     `service_account`; the wrapper is written to `script`. Needs root, or an unprivileged user
@@ -513,10 +536,14 @@ def isolated(argv: list[str], relays: list[str], service_account: Path, script: 
     script.write_text("\n".join([
         "set -eu",
         "ip link set lo up",
+        # The pod and node ranges are local here, so what the controller reaches at a pod's
+        # address (the autoscaler's scrape) is served inside the namespace (podmetrics.py).
+        *(f"ip route add local {net} dev lo" for net in LOCAL_NETS),
         "mount -t tmpfs tmpfs /run",
         f"mkdir -p {SERVICE_ACCOUNT_DIR}",
         f"cp {shlex.quote(str(service_account))}/* {SERVICE_ACCOUNT_DIR}/",
         f"{relay} &",
+        *(f"{shlex.join(command)} &" for command in beside),
         f"exec {shlex.join(argv)}",
         "",
     ]))  # fmt: skip

@@ -1,0 +1,254 @@
+"""Recovery and rollouts as Kthena v1.0.0's controller does them (issue #25 item 6), on the
+local cluster: KWOK fails an engine pod on demand (annotation mooncake-pd.test/fail, stage
+pod-fail-on-annotation in cluster/kwok-stages.yaml) and helm upgrades change a start script.
+What the controller did is asserted here and written to out/cluster-recovery.json; the figures
+and their consequences are in docs/operations.md ("Recovery and rollouts").
+
+What it found: Kthena renumbers what it recreates. A serving group recreated after a failure or
+replaced by a rolling update comes back with the next free ordinal (deepseek-pd-0 -> -2), and a
+role replica recreated under RoleRecreate with the next free role index (decode-0 -> decode-2).
+A lone group or replica comes back under its own name. The chart's per-replica Services
+(services-replicas.yaml, what the PD proxy is given) select by group and role index, so beside
+another group or replica they lose the one recreated: the proxy would keep sending to a Service
+without endpoints. The chart therefore refuses router.type proxy with several serving groups, or
+with several role replicas under RoleRecreate or RoleRollingUpdate (validate/_router.tpl); the
+Kthena router pairs pods by their labels and follows the new names (both shown below)."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from mooncake_pd import manifests, paths
+from support.kube.releases import Helm, pods_of, wait_gone
+
+pytestmark = pytest.mark.cluster
+RELEASE = paths.RELEASE
+LABEL = "modelserving.volcano.sh"
+MEASURED = paths.REPO / "out" / "cluster-recovery.json"
+FAST = ("restartGracePeriodSeconds=0",)  # the default 60 s grace only delays what follows
+# Several groups or role replicas that Kthena renumbers: behind the Kthena router (the chart
+# refuses them with the proxy).
+KTHENA_ROUTER = ("router.type=kthena", "decode.port=7100")
+TWO_GROUPS = (*KTHENA_ROUTER, "servingGroups=2")
+
+
+def snapshot(api, namespace: str) -> dict[str, tuple[str, str, str, bool]]:
+    """name -> (uid, revision, phase, terminating) of the release's engine pods."""
+    return {
+        p["metadata"]["name"]: (
+            p["metadata"]["uid"],
+            p["metadata"]["labels"].get(f"{LABEL}/revision", ""),
+            p["status"].get("phase", ""),
+            bool(p["metadata"].get("deletionTimestamp")),
+        )
+        for p in pods_of(api, namespace, RELEASE)
+    }
+
+
+def watch(api, namespace: str, until, timeout: float = 60) -> list[tuple[float, dict[str, Any]]]:
+    """Snapshots every 0.2 s, each kept when it differs from the last, until `until(snapshot)`."""
+    start = time.monotonic()
+    seen: list[tuple[float, dict[str, Any]]] = []
+    while time.monotonic() - start < timeout:
+        now = snapshot(api, namespace)
+        if not seen or seen[-1][1] != now:
+            seen.append((round(time.monotonic() - start, 1), now))
+        if until(now):
+            return seen
+        time.sleep(0.2)
+    raise TimeoutError(f"not settled after {timeout} s; last: {seen[-1] if seen else None}")
+
+
+def upgrade_watching(runner: Helm, api, namespace: str, sets: tuple[str, ...], until) -> list:
+    """helm upgrade in a thread while the pods are watched from before it starts."""
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            runner.upgrade(RELEASE, namespace, sets=sets)
+        except BaseException as e:  # re-raised below, in the test's thread
+            errors.append(e)
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    try:
+        timeline = watch(api, namespace, until, timeout=90)
+    finally:
+        thread.join(timeout=200)
+    if errors:
+        raise errors[0]
+    return timeline
+
+
+def fail(api, namespace: str, pod: str) -> None:
+    obj = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": pod}}
+    patch = {"metadata": {"annotations": {"mooncake-pd.test/fail": "true"}}}
+    api.request("PATCH", api.path(obj, namespace), patch, "application/merge-patch+json")
+
+
+def _record(key: str, timeline: list[tuple[float, dict[str, Any]]]) -> None:
+    MEASURED.parent.mkdir(parents=True, exist_ok=True)
+    data = json.loads(MEASURED.read_text()) if MEASURED.exists() else {}
+    data[key] = [
+        {"t": t, "pods": {n: {"revision": v[1][:8], "phase": v[2], "terminating": v[3]} for n, v in pods.items()}}
+        for t, pods in timeline
+    ]
+    MEASURED.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
+
+
+def _settled(names: set[str]):
+    def done(now: dict[str, Any]) -> bool:
+        return set(now) == names and all(v[2] == "Running" and not v[3] for v in now.values())
+
+    return done
+
+
+@pytest.fixture
+def release(cluster, tmp_path: Path):
+    """Install with the given --set values; uninstall afterwards, also when the test fails."""
+    runner = Helm(cluster, paths.DEFAULT_HELM_VERSION, tmp_path / "helm")
+    installed: list[str] = []
+
+    def install(namespace: str, *sets: str) -> Helm:
+        runner.install(RELEASE, namespace, sets=(*FAST, *sets))
+        installed.append(namespace)
+        return runner
+
+    yield install
+    for namespace in installed:
+        runner.uninstall(RELEASE, namespace)
+        wait_gone(cluster.client(), namespace, RELEASE)
+
+
+def test_serving_group_recreate_replaces_the_group_under_a_new_ordinal(cluster, release):
+    api = cluster.client()
+    namespace = "recover-group"
+    release(namespace, *TWO_GROUPS)  # recoveryPolicy ServingGroupRecreate: the default
+    before = watch(api, namespace, _settled({f"{RELEASE}-{g}-{r}-0-0" for g in (0, 1) for r in ("prefill", "decode")}))[
+        -1
+    ][1]
+    fail(api, namespace, f"{RELEASE}-0-decode-0-0")
+    after = {f"{RELEASE}-{g}-{r}-0-0" for g in (1, 2) for r in ("prefill", "decode")}
+    timeline = watch(api, namespace, _settled(after))
+    _record("ServingGroupRecreate, decode of group 0 failed", timeline)
+    final = timeline[-1][1]
+    # The whole of group 0 went, prefill too; group 1 was left alone (same pods).
+    assert all(final[n][0] == before[n][0] for n in (f"{RELEASE}-1-prefill-0-0", f"{RELEASE}-1-decode-0-0"))
+    assert not any(n.startswith(f"{RELEASE}-0-") for n in final)
+
+
+def test_role_recreate_replaces_the_role_replica_under_a_new_index(cluster, release):
+    api = cluster.client()
+    namespace = "recover-role"
+    release(namespace, *KTHENA_ROUTER, "recoveryPolicy=RoleRecreate", "decode.replicas=2")
+    start = {f"{RELEASE}-0-prefill-0-0", f"{RELEASE}-0-decode-0-0", f"{RELEASE}-0-decode-1-0"}
+    before = watch(api, namespace, _settled(start))[-1][1]
+    fail(api, namespace, f"{RELEASE}-0-decode-0-0")
+    after = {f"{RELEASE}-0-prefill-0-0", f"{RELEASE}-0-decode-1-0", f"{RELEASE}-0-decode-2-0"}
+    timeline = watch(api, namespace, _settled(after))
+    _record("RoleRecreate, decode-0 failed", timeline)
+    final = timeline[-1][1]
+    # Only the failed role replica went; prefill and the other decode replica stayed.
+    for name in (f"{RELEASE}-0-prefill-0-0", f"{RELEASE}-0-decode-1-0"):
+        assert final[name][0] == before[name][0], name
+
+
+def test_serving_group_rolling_update_replaces_groups_highest_first(cluster, release):
+    api = cluster.client()
+    namespace = "rollout-groups"
+    runner = release(namespace, *TWO_GROUPS)
+    names = {f"{RELEASE}-{g}-{r}-0-0" for g in (0, 1) for r in ("prefill", "decode")}
+    old = watch(api, namespace, _settled(names))[-1][1]
+    revision = {v[1] for v in old.values()}
+
+    def rolled(now: dict[str, Any]) -> bool:
+        return len(now) == 4 and all(v[1] not in revision and v[2] == "Running" and not v[3] for v in now.values())
+
+    sets = (*FAST, *TWO_GROUPS, "decode.args.max-num-seqs=4")
+    timeline = upgrade_watching(runner, api, namespace, sets, rolled)
+    _record("ServingGroupRollingUpdate, maxUnavailable 1, 2 groups", timeline)
+    groups = sorted({n.split("-")[2] for n in timeline[-1][1]})
+    assert groups != ["0", "1"], "the replaced groups keep their ordinals"
+    # The first group to go is the highest ordinal (group 1), while group 0 still serves.
+    first_gone = next(s for _, s in timeline if any(v[3] for v in s.values()) or set(s) != set(old))
+    going = {n for n in old if n not in first_gone or first_gone[n][3]}
+    assert going and all(n.startswith(f"{RELEASE}-1-") for n in going), going
+    assert all(first_gone.get(n, ("",))[0] == old[n][0] for n in old if n.startswith(f"{RELEASE}-0-"))
+
+
+def test_role_rolling_update_rolls_only_the_changed_role(cluster, release):
+    api = cluster.client()
+    namespace = "rollout-roles"
+    sets = (
+        *KTHENA_ROUTER,
+        "recoveryPolicy=RoleRecreate",
+        "rolloutStrategy.type=RoleRollingUpdate",
+        "decode.replicas=2",
+    )
+    runner = release(namespace, *sets)
+    names = {f"{RELEASE}-0-prefill-0-0", f"{RELEASE}-0-decode-0-0", f"{RELEASE}-0-decode-1-0"}
+    old = watch(api, namespace, _settled(names))[-1][1]
+
+    def rolled(now: dict[str, Any]) -> bool:
+        decode = [v for n, v in now.items() if "-decode-" in n]
+        return len(decode) == 2 and all(
+            v[0] not in {o[0] for o in old.values()} and v[2] == "Running" and not v[3] for v in decode
+        )
+
+    timeline = upgrade_watching(runner, api, namespace, (*FAST, *sets, "decode.args.max-num-seqs=4"), rolled)
+    _record("RoleRollingUpdate, decode changed, 2 decode replicas", timeline)
+    prefill = f"{RELEASE}-0-prefill-0-0"
+    assert timeline[-1][1][prefill][0] == old[prefill][0], "prefill's template did not change: left alone"
+
+
+def _selected(service: dict[str, Any], pods: list[dict[str, Any]]) -> list[str]:
+    selector = service["spec"]["selector"]
+    return [
+        p["metadata"]["name"] for p in pods if all(p["metadata"]["labels"].get(k) == v for k, v in selector.items())
+    ]
+
+
+def test_a_lone_group_comes_back_under_its_own_name(cluster, release):
+    """The defaults (one group, the PD proxy): the recreated group is deepseek-pd-0 again, and
+    the proxy's Services select its new pods."""
+    api = cluster.client()
+    namespace = "recover-lone"
+    runner = release(namespace)
+    names = {f"{RELEASE}-0-prefill-0-0", f"{RELEASE}-0-decode-0-0"}
+    before = watch(api, namespace, _settled(names))[-1][1]
+    fail(api, namespace, f"{RELEASE}-0-prefill-0-0")
+    watch(api, namespace, lambda now: _settled(names)(now) and all(now[n][0] != before[n][0] for n in names))
+    pods = pods_of(api, namespace, RELEASE)
+    services = {s["metadata"]["name"]: s for s in manifests.find(runner.manifest(RELEASE, namespace), "Service")}
+    assert _selected(services[f"{RELEASE}-0-prefill-0"], pods) == [f"{RELEASE}-0-prefill-0-0"]
+    assert _selected(services[f"{RELEASE}-0-decode-0"], pods) == [f"{RELEASE}-0-decode-0-0"]
+
+
+def test_beside_another_group_the_ordinal_services_lose_it_and_the_router_does_not(cluster, release):
+    """Why the chart refuses the proxy with several groups: after group 0 comes back as group 2,
+    the per-replica Service of group 0 selects no pod and none selects group 2, while the Kthena
+    router's ModelServer, which selects by role labels, binds the new group's entry pods."""
+    api = cluster.client()
+    namespace = "recover-services"
+    runner = release(namespace, *TWO_GROUPS)
+    watch(api, namespace, _settled({f"{RELEASE}-{g}-{r}-0-0" for g in (0, 1) for r in ("prefill", "decode")}))
+    fail(api, namespace, f"{RELEASE}-0-prefill-0-0")
+    watch(api, namespace, _settled({f"{RELEASE}-{g}-{r}-0-0" for g in (1, 2) for r in ("prefill", "decode")}))
+    objects = runner.manifest(RELEASE, namespace)
+    services = {s["metadata"]["name"]: s for s in manifests.find(objects, "Service")}
+    pods = pods_of(api, namespace, RELEASE)
+    assert _selected(services[f"{RELEASE}-0-prefill-0"], pods) == []
+    assert _selected(services[f"{RELEASE}-1-prefill-0"], pods) == [f"{RELEASE}-1-prefill-0-0"]
+    assert not any(f"{RELEASE}-2-prefill-0-0" in _selected(s, pods) for s in services.values())
+    selector = manifests.one(objects, "ModelServer")["spec"]["workloadSelector"]
+    prefill = {**selector["matchLabels"], **selector["pdGroup"]["prefillLabels"]}
+    bound = [
+        p["metadata"]["name"] for p in pods if all(p["metadata"]["labels"].get(k) == v for k, v in prefill.items())
+    ]
+    assert sorted(bound) == [f"{RELEASE}-1-prefill-0-0", f"{RELEASE}-2-prefill-0-0"]
