@@ -365,6 +365,11 @@ def api_server_rules(wanted: dict[str, Any]) -> None:
         if "supplementalGroups" in fields:
             fields["supplementalGroups"]["items"]["minimum"] = 0
             fields["supplementalGroups"]["items"]["maximum"] = MAX_ID
+    # The chart's pods are Linux pods: Windows options have no use there, and their values are
+    # checked by rules of their own (the local cluster's API server refused an empty
+    # gmsaCredentialSpec); left out, they are refused naming the key.
+    for name in ("io.k8s.api.core.v1.SecurityContext", "io.k8s.api.core.v1.PodSecurityContext"):
+        _properties(wanted, name).pop("windowsOptions", None)
     seccomp = wanted.get("io.k8s.api.core.v1.SeccompProfile")
     if seccomp:
         seccomp["if"] = {"properties": {"type": {"const": "Localhost"}}, "required": ["type"]}
