@@ -65,21 +65,29 @@ def test_the_webhook_runs_in_dry_run(cluster):
     assert "maxUnavailable is only valid when rolloutStrategy.type is RoleRollingUpdate" in message, message
 
 
-@settings(
+FUZZ = settings(
     max_examples=FUZZ_EXAMPLES,
     deadline=None,
     derandomize=True,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much],
     database=None,
 )
-@given(preset=st.sampled_from(PRESETS), changes=st.lists(mutation(), min_size=1, max_size=2))
-def test_fuzzed_values_the_chart_accepts_are_admitted(cluster, preset, changes):
+
+
+def check_admitted(cluster, preset: Path | None, changes: list[tuple[str, Any]]) -> None:
+    """A values set helm renders is admitted by the API server (a refused one proves nothing)."""
     text, refusal = render_values(paths.DEFAULT_HELM_VERSION, preset, changes)
     if refusal is not None:
         return
     problems = refusals(cluster.client(), manifests.parse(text))
     where = f"preset {_preset_id(preset)}, changes {changes}"
     assert problems == [], f"{where}: helm renders, the API server refuses:\n" + "\n".join(problems)
+
+
+@FUZZ
+@given(preset=st.sampled_from(PRESETS), changes=st.lists(mutation(), min_size=1, max_size=2))
+def test_fuzzed_values_the_chart_accepts_are_admitted(cluster, preset, changes):
+    check_admitted(cluster, preset, changes)
 
 
 # The values that pass straight into Kubernetes objects (typed from Kubernetes' OpenAPI by
@@ -95,21 +103,10 @@ def pass_through(draw) -> tuple[str, object]:
     return path, draw(_drawn_from_schema(path))
 
 
-@settings(
-    max_examples=FUZZ_EXAMPLES,
-    deadline=None,
-    derandomize=True,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much],
-    database=None,
-)
+@FUZZ
 @given(preset=st.sampled_from(PRESETS), changes=st.lists(pass_through(), min_size=1, max_size=2))
 def test_pass_through_fields_the_chart_accepts_are_admitted(cluster, preset, changes):
-    text, refusal = render_values(paths.DEFAULT_HELM_VERSION, preset, changes)
-    if refusal is not None:
-        return
-    problems = refusals(cluster.client(), manifests.parse(text))
-    where = f"preset {_preset_id(preset)}, changes {changes}"
-    assert problems == [], f"{where}: helm renders, the API server refuses:\n" + "\n".join(problems)
+    check_admitted(cluster, preset, changes)
 
 
 def test_a_float_quantity_in_an_engine_role_is_admitted(cluster, tmp_path: Path):
