@@ -13,7 +13,7 @@ import pytest
 
 from mooncake_pd import helm, manifests, paths
 from mooncake_pd.engines import PodIdentity
-from support.kthena_pods import expected_pods
+from support.kthena_pods import expected_pods, matches
 from support.kube.api import wait_for
 from support.kube.cluster import PROFILE_LABEL, node_objects
 from support.kube.releases import Helm, pods_of, wait_gone, wait_pods
@@ -85,7 +85,7 @@ def check_services(api, namespace: str, ms: dict[str, Any], pods: list[dict[str,
     for name, service in owned.items():
         assert service["spec"]["clusterIP"] == "None" and service["spec"]["publishNotReadyAddresses"] is True
         labels = by_name[name]["metadata"]["labels"]
-        assert all(labels.get(k) == v for k, v in service["spec"]["selector"].items()), (name, service["spec"])
+        assert matches(service["spec"]["selector"], labels), (name, service["spec"])
         for pod in pods:
             if pod["metadata"]["labels"][f"{KTHENA}/role-id"] == labels[f"{KTHENA}/role-id"]:
                 assert _env(pod["spec"]["containers"][0])["ENTRY_ADDRESS"] == f"{name}.{namespace}"
@@ -190,7 +190,13 @@ def test_pods_that_fit_no_node_stay_pending(cluster, tmp_path: Path):
         pod = wait_for("prefill Unschedulable", unschedulable, 60)
         message = {c["type"]: c for c in pod["status"]["conditions"]}["PodScheduled"]["message"]
         assert "Insufficient memory" in message, message
-        decode = api.get("v1", "Pod", f"{RELEASE}-0-decode-0-0", namespace)
+
+        # Kthena creates decode's pod beside prefill's, not always before prefill is judged.
+        def decode_running() -> dict[str, Any] | None:
+            pod = api.get("v1", "Pod", f"{RELEASE}-0-decode-0-0", namespace)
+            return pod if pod["status"].get("phase") == "Running" else None
+
+        decode = wait_for("decode Running", decode_running, 30)
         assert decode["spec"].get("nodeName") and decode["status"]["phase"] == "Running"
     finally:
         runner.uninstall(RELEASE, namespace)
