@@ -20,7 +20,6 @@ The seconds each step took are written to out/cluster-autoscaling.json (docs/aut
 
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 from typing import Any
@@ -29,7 +28,7 @@ import pytest
 
 from mooncake_pd import paths
 from support.kube.api import wait_for
-from support.kube.releases import MODELSERVING, Helm, HelmFailed, pods_of, wait_gone
+from support.kube.releases import MODELSERVING, Helm, HelmFailed, pods_of, record, wait_gone
 
 pytestmark = pytest.mark.cluster
 PRESET = paths.VALUES_DIR / "deepseek-r1-distill-qwen-7b-a3-1p1d-kthena-autoscaling-cost-first.yaml"
@@ -79,13 +78,6 @@ def managers(api, namespace: str) -> dict[str, str]:
     return {m["manager"]: m["operation"] for m in ms["metadata"]["managedFields"]}
 
 
-def _record(key: str, value: Any) -> None:
-    MEASURED.parent.mkdir(parents=True, exist_ok=True)
-    data = json.loads(MEASURED.read_text()) if MEASURED.exists() else {}
-    data[key] = value
-    MEASURED.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
-
-
 @pytest.mark.parametrize("version", paths.HELM_VERSIONS, ids=lambda v: f"helm{v[0]}")
 def test_the_autoscaler_owns_the_replicas_across_upgrades(cluster, version: str, tmp_path: Path):
     api = cluster.client()
@@ -128,7 +120,7 @@ def test_the_autoscaler_owns_the_replicas_across_upgrades(cluster, version: str,
         seen["back to 3 after the upgrade (s)"] = wait_decode(cluster, namespace, 3)
         if not version.startswith("3."):
             check_helm4_server_side(cluster, runner, namespace)
-        _record(f"helm {version}", seen)
+        record(MEASURED, f"helm {version}", seen)
     finally:
         runner.uninstall(RELEASE, namespace)
         wait_gone(api, namespace, RELEASE)

@@ -16,7 +16,6 @@ Kthena router pairs pods by their labels and follows the new names (both shown b
 
 from __future__ import annotations
 
-import json
 import threading
 import time
 from pathlib import Path
@@ -25,7 +24,8 @@ from typing import Any
 import pytest
 
 from mooncake_pd import manifests, paths
-from support.kube.releases import Helm, pods_of, wait_gone
+from support.kthena_pods import matches
+from support.kube.releases import Helm, pods_of, record, wait_gone
 
 pytestmark = pytest.mark.cluster
 RELEASE = paths.RELEASE
@@ -93,13 +93,10 @@ def fail(api, namespace: str, pod: str) -> None:
 
 
 def _record(key: str, timeline: list[tuple[float, dict[str, Any]]]) -> None:
-    MEASURED.parent.mkdir(parents=True, exist_ok=True)
-    data = json.loads(MEASURED.read_text()) if MEASURED.exists() else {}
-    data[key] = [
+    record(MEASURED, key, [
         {"t": t, "pods": {n: {"revision": v[1][:8], "phase": v[2], "terminating": v[3]} for n, v in pods.items()}}
         for t, pods in timeline
-    ]
-    MEASURED.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
+    ])  # fmt: skip
 
 
 def _settled(names: set[str]):
@@ -207,11 +204,8 @@ def test_role_rolling_update_rolls_only_the_changed_role(cluster, release):
     assert timeline[-1][1][prefill][0] == old[prefill][0], "prefill's template did not change: left alone"
 
 
-def _selected(service: dict[str, Any], pods: list[dict[str, Any]]) -> list[str]:
-    selector = service["spec"]["selector"]
-    return [
-        p["metadata"]["name"] for p in pods if all(p["metadata"]["labels"].get(k) == v for k, v in selector.items())
-    ]
+def _selected(selector: dict[str, str], pods: list[dict[str, Any]]) -> list[str]:
+    return [p["metadata"]["name"] for p in pods if matches(selector, p["metadata"]["labels"])]
 
 
 def test_a_lone_group_comes_back_under_its_own_name(cluster, release):
@@ -226,8 +220,8 @@ def test_a_lone_group_comes_back_under_its_own_name(cluster, release):
     watch(api, namespace, lambda now: _settled(names)(now) and all(now[n][0] != before[n][0] for n in names))
     pods = pods_of(api, namespace, RELEASE)
     services = {s["metadata"]["name"]: s for s in manifests.find(runner.manifest(RELEASE, namespace), "Service")}
-    assert _selected(services[f"{RELEASE}-0-prefill-0"], pods) == [f"{RELEASE}-0-prefill-0-0"]
-    assert _selected(services[f"{RELEASE}-0-decode-0"], pods) == [f"{RELEASE}-0-decode-0-0"]
+    assert _selected(services[f"{RELEASE}-0-prefill-0"]["spec"]["selector"], pods) == [f"{RELEASE}-0-prefill-0-0"]
+    assert _selected(services[f"{RELEASE}-0-decode-0"]["spec"]["selector"], pods) == [f"{RELEASE}-0-decode-0-0"]
 
 
 def test_beside_another_group_the_ordinal_services_lose_it_and_the_router_does_not(cluster, release):
@@ -243,12 +237,10 @@ def test_beside_another_group_the_ordinal_services_lose_it_and_the_router_does_n
     objects = runner.manifest(RELEASE, namespace)
     services = {s["metadata"]["name"]: s for s in manifests.find(objects, "Service")}
     pods = pods_of(api, namespace, RELEASE)
-    assert _selected(services[f"{RELEASE}-0-prefill-0"], pods) == []
-    assert _selected(services[f"{RELEASE}-1-prefill-0"], pods) == [f"{RELEASE}-1-prefill-0-0"]
-    assert not any(f"{RELEASE}-2-prefill-0-0" in _selected(s, pods) for s in services.values())
+    assert _selected(services[f"{RELEASE}-0-prefill-0"]["spec"]["selector"], pods) == []
+    assert _selected(services[f"{RELEASE}-1-prefill-0"]["spec"]["selector"], pods) == [f"{RELEASE}-1-prefill-0-0"]
+    assert not any(f"{RELEASE}-2-prefill-0-0" in _selected(s["spec"]["selector"], pods) for s in services.values())
     selector = manifests.one(objects, "ModelServer")["spec"]["workloadSelector"]
     prefill = {**selector["matchLabels"], **selector["pdGroup"]["prefillLabels"]}
-    bound = [
-        p["metadata"]["name"] for p in pods if all(p["metadata"]["labels"].get(k) == v for k, v in prefill.items())
-    ]
+    bound = _selected(prefill, pods)
     assert sorted(bound) == [f"{RELEASE}-1-prefill-0-0", f"{RELEASE}-2-prefill-0-0"]

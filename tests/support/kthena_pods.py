@@ -10,9 +10,13 @@ def kthena_labels(pod: PodIdentity) -> dict[str, str]:
     return pod.labels()
 
 
+def matches(selector: dict[str, str], labels: dict[str, str]) -> bool:
+    """An equality selector (a Service's, matchLabels) against a pod's labels."""
+    return all(labels.get(k) == v for k, v in selector.items())
+
+
 def selects(service: dict, pod: PodIdentity) -> bool:
-    labels = kthena_labels(pod)
-    return all(labels.get(k) == v for k, v in service["spec"]["selector"].items())
+    return matches(service["spec"]["selector"], kthena_labels(pod))
 
 
 def expected_pods(modelserving: dict) -> list[PodIdentity]:

@@ -8,10 +8,10 @@ role partition a Kthena version lacks (kthena.version).
 {{- if and (eq .Values.recoveryPolicy "ServingGroupRecreate") (eq .Values.rolloutStrategy.type "RoleRollingUpdate") }}
 {{- $errors = append $errors "rolloutStrategy.type: RoleRollingUpdate is rejected by Kthena together with recoveryPolicy ServingGroupRecreate; use ServingGroupRollingUpdate or recoveryPolicy RoleRecreate" }}
 {{- end }}
-{{- $table := include "mooncake-pd.profile.table" . | fromJson }}
-{{- $kthena := get $table.kthena (toString .Values.kthena.version) }}
+{{- $kthena := include "mooncake-pd.profile.kthena" . | fromJson }}
 {{- if not $kthena }}
-{{- $errors = append $errors (printf "kthena.version: %q is not a Kthena version the chart knows; use one of %s (chart/files/profiles.yaml, table kthena)" (toString .Values.kthena.version) (keys $table.kthena | sortAlpha | join ", ")) }}
+{{- $known := (include "mooncake-pd.profile.table" . | fromJson).kthena }}
+{{- $errors = append $errors (printf "kthena.version: %q is not a Kthena version the chart knows; use one of %s (chart/files/profiles.yaml, table kthena)" (toString .Values.kthena.version) (keys $known | sortAlpha | join ", ")) }}
 {{- else if and (eq .Values.rolloutStrategy.type "RoleRollingUpdate") (not $kthena.rolePartition) }}
 {{- range $role := list "prefill" "decode" }}
 {{- $partition := (index $.Values $role).partition }}

@@ -16,15 +16,18 @@ them from there.
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import json
 import os
 import shlex
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import time
+import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -304,9 +307,6 @@ class Cluster:
 
         def healthy() -> bool:
             self.alive("kthena-controller-manager")
-            import ssl
-            import urllib.request
-
             context = ssl.create_default_context(cafile=str(self.ca))
             with urllib.request.urlopen(f"https://127.0.0.1:{hook_port}/healthz", timeout=5, context=context) as r:
                 return r.status == 200
@@ -467,8 +467,6 @@ def _webhooks(ca_pem: bytes, port: int) -> list[dict[str, Any]]:
     """Kthena v1.0.0's webhook configurations (its chart: charts/kthena/charts/workload/templates/
     kthena-controller-manager/component/{validating,mutating}-webhook.yaml), pointed at the
     controller on loopback by URL and signed by our CA; CREATE and UPDATE only, as there."""
-    import base64
-
     bundle = base64.b64encode(ca_pem).decode()
     base = f"https://127.0.0.1:{port}"
 

@@ -4,6 +4,7 @@ bounded in time."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 from dataclasses import dataclass
@@ -60,6 +61,14 @@ class Helm:
 
     def manifest(self, release: str, namespace: str) -> list[dict[str, Any]]:
         return manifests.parse(self.run("get", "manifest", release, "-n", namespace).stdout)
+
+
+def record(path: Path, key: str, value: Any) -> None:
+    """Merge one measurement into the JSON file `path` (out/cluster-*.json, which the docs cite)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    data = json.loads(path.read_text()) if path.exists() else {}
+    data[key] = value
+    path.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
 
 
 def _values(values: tuple[Path, ...], sets: tuple[str, ...]) -> list[str]:
