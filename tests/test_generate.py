@@ -12,9 +12,9 @@ import pytest
 import yaml
 
 from conftest import Renderer, assert_valid
-from mooncake_pd import chartfiles, model, paths
+from mooncake_pd import chartfiles, header, model, paths
 from mooncake_pd import generate as gen
-from mooncake_pd.commands.generate import command_lines, header_command
+from mooncake_pd.header import command_lines
 
 FIXTURES = Path(__file__).parent / "fixtures"
 MODELS = FIXTURES / "models"
@@ -98,7 +98,10 @@ def lookup(values: dict, dotted: str):
 
 
 def test_generate_for_the_seed_model_equals_chart_defaults(render: Renderer):
-    values, _ = generated("--model-dir", MODELS / "DeepSeek-R1-Distill-Qwen-1.5B", "--served-name", "ds_r1")
+    """Told the guide's NIC, generate writes the guide's deployment (seed parity)."""
+    values, _ = generated(
+        "--model-dir", MODELS / "DeepSeek-R1-Distill-Qwen-1.5B", "--served-name", "ds_r1", "--interface", "enp23s0f3"
+    )
     defaults = gen.chart_defaults()
     # But one key: the guide's trust-remote-code, which its model (no auto_map) does not need.
     assert values.pop("engine") == {"args": {"trust-remote-code": None}}
@@ -153,7 +156,8 @@ def test_generate_warns_on_quantization_config():
 
 
 def test_generated_limits_respect_the_estimate():
-    values, err = generated("--model-dir", MODELS / "Qwen3-8B")
+    """Sized for sequences of max-model-len tokens (as before --expected-context-len existed), decode
+    gets what fits; at the default 4096-token sequences it gets the chart's 40."""
     qwen3 = model.load(MODELS / "Qwen3-8B")
     fit = model.fit(
         qwen3,
@@ -166,9 +170,13 @@ def test_generated_limits_respect_the_estimate():
         max_num_seqs=40,
         max_model_len=40000,
     )
+    values, err = generated("--model-dir", MODELS / "Qwen3-8B", "--expected-context-len", "40000")
     assert values["decode"]["args"]["max-num-seqs"] == fit.kv_tokens_per_rank // 40000 < 40
-    assert "decode: max-num-seqs lowered from 40" in err
+    assert "decode: max-num-seqs lowered from 40 to 18 so that 18 sequences of 40,000 tokens fit" in err
     assert re.search(r"decode\s+2 x 4\s+73,728", err), err
+    values, err = generated("--model-dir", MODELS / "Qwen3-8B")
+    assert values["decode"]["args"]["max-num-seqs"] == 40 < fit.kv_tokens_per_rank // 4096
+    assert "lowered" not in err
 
 
 def test_max_model_len_is_capped_by_max_position_embeddings():
@@ -260,14 +268,16 @@ def test_generate_writes_atomically_and_keeps_a_backup(tmp_path: Path):
     text = out.read_text()
     assert text.startswith("# yaml-language-server: $schema=../chart/values.schema.json\n")
     # The header's command wraps where the paths are long (a deep checkout): read it back as argv
-    # rather than expect one layout.
-    assert header_command(text) == [
+    # rather than expect one layout. The default expected context length is recorded.
+    assert header.command(text) == [
         "python",
         "-m",
         "mooncake_pd",
         "generate",
         "--model-dir",
         str(MODELS / "Qwen3-8B"),
+        "--expected-context-len",
+        "4096",
         "--output",
         str(out),
     ]
@@ -282,7 +292,7 @@ def test_header_command_reads_back_under_any_path(depth: int):
     lines = command_lines(argv)
     for line in lines:
         assert len(line) <= 96 or line.strip().count(" ") <= 2, line
-    assert header_command("\n".join(f"# {line}" for line in lines)) == argv
+    assert header.command("\n".join(f"# {line}" for line in lines)) == argv
 
 
 STALE = """\
@@ -332,7 +342,8 @@ def test_update_rewrites_only_model_keys(tmp_path: Path):
 
 
 def model_dir_of(values_file: Path) -> Path:
-    args = header_command(values_file.read_text())
+    args = header.command(values_file.read_text())
+    assert args is not None, f"{values_file}: no recorded command"
     return paths.REPO / args[args.index("--model-dir") + 1]
 
 
@@ -364,10 +375,16 @@ def test_generate_help_explains_every_option_and_the_formula():
         "--max-model-len",
         "--force",
         "--output",
+        "--expected-context-len",
+        "--interface",
     ]:
         assert option in proc.stdout
     assert "2 x layers x ceil(KV heads / TP)" in proc.stdout
     assert "estimated, not profiled" in proc.stdout
+    text = " ".join(proc.stdout.split())
+    assert "KV tokens per DP rank // --expected-context-len" in text
+    assert '"sized for N-token sequences; one max-model-len sequence fits"' in text
+    assert "(default: 4096, at most max-model-len" in text
 
 
 def test_only_the_cpu_profile_is_written_by_hand():
@@ -450,3 +467,96 @@ def test_the_prefill_decode_tp_rule_is_the_profiles_connectors(tmp_path: Path, r
     nvidia = cli(*args, "--accelerator", "nvidia", "--output", tmp_path / "n.yaml")
     assert nvidia.returncode == 0, nvidia.stderr
     assert_valid(render((tmp_path / "n.yaml",)), crds)
+
+
+def test_generate_writes_interface_auto_unless_told(tmp_path: Path):
+    """The guide's NIC (enp23s0f3, one vendor server's) is the chart's default for seed parity;
+    generate writes auto (the default route's interface, found at start) unless --interface names one."""
+    for accelerator in ("ascend-a3", "nvidia"):
+        values, _ = generated("--model-dir", MODELS / "Qwen3-8B", "--accelerator", accelerator)
+        assert values["network"] == {"interface": "auto"}
+    values, _ = generated("--model-dir", MODELS / "Qwen3-8B", "--interface", "ens5f0")
+    assert values["network"] == {"interface": "ens5f0"}
+    out = tmp_path / "v.yaml"
+    for bad in ("eth0/1", "a-much-too-long-name", "two words"):
+        proc = cli("generate", "--model-dir", MODELS / "Qwen3-8B", "--interface", bad, "--output", out)
+        assert proc.returncode == 2
+        assert f"--interface {bad!r}: not a Linux interface name" in proc.stderr
+    assert not out.exists()
+
+
+def test_generated_nvidia_values_render_with_the_interface_found_at_start(tmp_path: Path, render: Renderer):
+    out = tmp_path / "v.yaml"
+    proc = cli("generate", "--model-dir", MODELS / "Qwen3-8B", "--accelerator", "nvidia", "--output", out)
+    assert proc.returncode == 0, proc.stderr
+    assert "enp23s0f3" not in render((out,)).text
+
+
+LLAMA_ON_ONE_H100 = (
+    *("--model-dir", str(MODELS / "Llama-3.1-8B-Instruct"), "--accelerator", "nvidia"),
+    *("--prefill-tp", "1", "--prefill-dp", "1", "--decode-tp", "1", "--decode-dp", "1"),
+)
+
+
+def test_max_num_seqs_is_sized_by_the_expected_context_len(tmp_path: Path):
+    """Llama-3.1-8B on one 80 GiB GPU holds 477,030 tokens of KV cache: sized as if every
+    sequence ran at max-model-len (40000), decode got 11 sequences; at the expected 4096 it gets
+    the chart's 40, and the header says what it assumed."""
+    out = tmp_path / "v.yaml"
+    proc = cli("generate", *LLAMA_ON_ONE_H100, "--output", out)
+    assert proc.returncode == 0, proc.stderr
+    text = out.read_text()
+    values = yaml.safe_load(text)
+    assert (values["prefill"]["args"]["max-num-seqs"], values["decode"]["args"]["max-num-seqs"]) == (8, 40)
+    assert re.search(r"# decode\s+1 x 1 .* 477,030\s+40 x 4,096\n", text), text
+    assert (
+        "# max-num-seqs sized for 4,096-token sequences (--expected-context-len); one max-model-len sequence "
+        "(40,000 tokens) fits\n" in text
+    )
+    assert header.command(text)[-4:] == ["--expected-context-len", "4096", "--output", str(out)]
+    for length, seqs in (("16384", 477_030 // 16384), ("40000", 11)):
+        values, err = generated(*LLAMA_ON_ONE_H100, "--expected-context-len", length)
+        assert values["decode"]["args"]["max-num-seqs"] == seqs
+        assert (
+            f"decode: max-num-seqs lowered from 40 to {seqs} so that {seqs} sequences of {int(length):,} tokens" in err
+        )
+
+
+def test_the_default_expected_context_len_is_at_most_max_model_len():
+    values, err = generated(*LLAMA_ON_ONE_H100, "--max-model-len", "2048")
+    assert "sized for 2,048-token sequences" in err
+    assert values["decode"]["args"]["max-num-seqs"] == 40
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        (["--expected-context-len", "50000"], "--expected-context-len 50000: above max-model-len 40000"),
+        (["--expected-context-len", "0"], "argument --expected-context-len: 0 must be at least 1"),
+        # One max-model-len sequence must still fit: R1 W8A8's prefill holds 217,467 tokens per rank.
+        (
+            ["--max-model-len", "300000", "--force"],
+            "--max-model-len 300000: needs 300000 tokens of KV cache per DP rank, but prefill (TP 8) fits 217467",
+        ),
+    ],
+)
+def test_context_lengths_that_cannot_work_exit_2(options: list[str], message: str):
+    proc = cli("generate", *R1_TOPOLOGY, "--enable-expert-parallel", *options)
+    assert proc.returncode == 2
+    assert message in proc.stderr
+
+
+def test_every_note_generate_writes_is_one_update_rewrites():
+    """update finds generate's notes in a header by how they begin (generate.is_note)."""
+    notes = []
+    for args in (
+        (*R1_TOPOLOGY, "--enable-expert-parallel"),
+        ("--model-dir", str(MODELS / "Qwen2.5-7B-Instruct-AWQ")),
+        ("--model-dir", str(MODELS / "Qwen2.5-7B-Instruct"), "--max-model-len", "65536", "--force"),
+        (*LLAMA_ON_ONE_H100, "--expected-context-len", "40000"),
+    ):
+        proc = cli("generate", *args)
+        assert proc.returncode == 0, proc.stderr
+        notes += proc.stderr.splitlines()[3:]
+    assert len(notes) >= 7
+    assert all(gen.is_note(note) for note in notes), notes

@@ -34,6 +34,17 @@ def add_common_options(parser: argparse.ArgumentParser, *, top: bool) -> None:
     )
 
 
+def positive_int(text: str) -> int:
+    """argparse type: an integer of at least 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} must be at least 1")
+    return value
+
+
 def command_in(argv: list[str]) -> str | None:
     """The command `argv` runs: its first word that is not an option or a top-level option's value."""
     words = iter(argv)

@@ -5,6 +5,9 @@ the engines' preflight derives it from the mounted model at start)."""
 from __future__ import annotations
 
 import copy
+import dataclasses
+import json
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -19,6 +22,12 @@ ROLES = ("prefill", "decode")
 # A derived key that must be absent from the values file (None, by contrast, writes null,
 # which makes helm drop the chart's default: `head_dim: null` means "no head_dim override").
 REMOVE = "<remove>"
+# The tokens (prompt plus output) a sequence is expected to hold where --expected-context-len is
+# not given, at most max-model-len: `generate --help` says why.
+DEFAULT_CONTEXT_LEN = 4096
+# How the notes under the header's KV-cache estimate begin (derived() writes them; update finds
+# and rewrites them by these, keeping every other comment line); see is_note.
+NOTE_PREFIXES = ("WARNING: ", "rope scaling ", "Ascend quantized weights ", "max-num-seqs sized for ")
 
 
 @dataclass(frozen=True)
@@ -80,6 +89,8 @@ class Result:
     values: dict[str, Any]
     fits: list[modelmod.RoleFit]
     notes: list[str] = field(default_factory=list)
+    # The expected tokens of a sequence that max-num-seqs is sized by.
+    context_len: int = 0
 
 
 def chart_defaults(chart: Path | None = None) -> dict[str, Any]:
@@ -143,6 +154,26 @@ def check_topology(model: modelmod.Model, accelerator: Accelerator, roles: dict[
         )
 
 
+def seq_caps(values: dict[str, Any]) -> dict[str, int]:
+    """Each role's max-num-seqs in `values` (engine.args under the role's args; vLLM's 256 where
+    neither sets it): the most that generate writes, lowered where the KV cache holds fewer."""
+    caps = {}
+    for role in ROLES:
+        args = merged(values["engine"].get("args") or {}, values[role].get("args") or {})
+        caps[role] = int(args.get("max-num-seqs") or 256)
+    return caps
+
+
+def default_context_len(max_model_len: int) -> int:
+    """The expected tokens of a sequence where --expected-context-len is not given."""
+    return min(DEFAULT_CONTEXT_LEN, max_model_len)
+
+
+def is_note(line: str) -> bool:
+    """A line of the notes generate writes under the KV-cache estimate (update rewrites them)."""
+    return line.startswith(NOTE_PREFIXES) or bool(re.match(r"(prefill|decode): max-num-seqs ", line))
+
+
 def derived(
     model: modelmod.Model,
     effective: dict[str, Any],
@@ -150,12 +181,18 @@ def derived(
     force: bool = False,
     hbm_gib: float | None = None,
     fixed_head_dim: bool = False,
+    context_len: int | None = None,
+    caps: dict[str, int] | None = None,
 ) -> tuple[dict[str, Any], Result]:
     """The model-derived keys for a values set (`effective`: chart defaults merged with the
     file), as {dotted key: value, None for null, REMOVE to delete}, and the fit estimate behind
     them. hbm_gib overrides the accelerator's device memory (NVIDIA GPUs differ). head_dim is
     written only with fixed_head_dim (where config.json is not read at start): otherwise the
-    preflight derives it from the mounted model, and a fixed one is removed."""
+    preflight derives it from the mounted model, and a fixed one is removed.
+
+    max-num-seqs is each role's cap (`caps`, else the values' own: seq_caps) lowered to the
+    sequences of context_len tokens (default: max-model-len) the KV cache of a DP rank holds;
+    the cache must hold one max-model-len sequence, or GenerateError."""
     kind = effective["accelerator"]["type"]
     if kind in HAND_WRITTEN:
         raise GenerateError(f"accelerator.type {kind!r}: {HAND_WRITTEN[kind]}")
@@ -165,6 +202,11 @@ def derived(
     hbm = hbm_gib or accelerator.hbm_gib
     notes: list[str] = []
     max_model_len = int(effective["model"]["maxModelLen"])
+    expected = context_len or max_model_len
+    if expected > max_model_len:
+        raise GenerateError(
+            f"--expected-context-len {expected}: above max-model-len {max_model_len}; use at most {max_model_len}"
+        )
     limit = model.max_position_embeddings
     if limit and max_model_len > limit:
         if not force:
@@ -186,6 +228,10 @@ def derived(
         )
     if model.ascend_quantization:
         notes.append(f"Ascend quantized weights ({model.ascend_quantization}): engine.args.quantization: ascend")
+    notes.append(
+        f"max-num-seqs sized for {expected:,}-token sequences (--expected-context-len); one max-model-len "
+        f"sequence ({max_model_len:,} tokens) fits"
+    )
 
     keys: dict[str, Any] = {
         "model.mla": model.is_mla,
@@ -196,6 +242,7 @@ def derived(
         # guide's true, kept for seed parity).
         "engine.args.trust-remote-code": True if "auto_map" in model.raw else None,
     }
+    caps = caps or seq_caps(effective)
     fits = []
     for role in ROLES:
         v = effective[role]
@@ -209,8 +256,9 @@ def derived(
             hbm_gib=hbm,
             memory_utilization=float(args.get("gpu-memory-utilization", 0.9)),
             max_num_batched_tokens=int(args.get("max-num-batched-tokens", 8192)),
-            max_num_seqs=int(args.get("max-num-seqs", 256)),
+            max_num_seqs=caps[role],
             max_model_len=max_model_len,
+            context_len=expected,
             expert_parallel=bool(args.get("enable-expert-parallel")),
         )
         if result.kv_gib <= 0:
@@ -226,16 +274,18 @@ def derived(
                 f"{role} (TP {result.tensor}) fits {result.kv_tokens_per_rank}; lower --max-model-len or raise "
                 f"--{role}-tp"
             )
-        seqs = min(result.max_num_seqs, result.seqs_that_fit)
+        # At least 1: the check above leaves room for one max-model-len sequence, hence for one
+        # of the expected length.
+        seqs = max(1, min(result.max_num_seqs, result.seqs_that_fit))
         if seqs < result.max_num_seqs:
             notes.append(
-                f"{role}: max-num-seqs lowered from {result.max_num_seqs} to {seqs} so that "
-                f"max-num-seqs x max-model-len fits the KV cache"
+                f"{role}: max-num-seqs lowered from {result.max_num_seqs} to {seqs} so that {seqs} sequences of "
+                f"{expected:,} tokens fit the KV cache"
             )
-            result = modelmod.RoleFit(**{**result.__dict__, "max_num_seqs": seqs})
+            result = dataclasses.replace(result, max_num_seqs=seqs)
         keys[f"{role}.args.max-num-seqs"] = seqs
         fits.append(result)
-    return keys, Result(values={}, fits=fits, notes=notes)
+    return keys, Result(values={}, fits=fits, notes=notes, context_len=expected)
 
 
 def set_dotted(values: dict[str, Any], key: str, value: Any) -> None:
@@ -269,16 +319,22 @@ def generate(
     force: bool = False,
     hbm_gib: float | None = None,
     fixed_head_dim: bool = False,
+    context_len: int | None = None,
+    interface: str = "auto",
     chart: Path | None = None,
 ) -> Result:
-    """A values overlay for the chart: topology and model keys, checked against the model."""
+    """A values overlay for the chart: topology and model keys, checked against the model.
+    context_len: the expected tokens of a sequence (default: default_context_len); interface:
+    network.interface (auto: the default route's, found when the container starts)."""
     profile = ACCELERATORS[accelerator]
     check_topology(model, profile, roles)
+    check_interface(interface, chart)
     defaults = chart_defaults(chart)
     length = max_model_len or min(defaults["model"]["maxModelLen"], model.max_position_embeddings or 10**9)
     values: dict[str, Any] = {"accelerator": {"type": accelerator}}
     if image is not None:
         values["image"] = _image(image)
+    values["network"] = {"interface": interface}
     values["model"] = {"path": model_path, "servedName": served_name, "maxModelLen": length}
     if expert_parallel:
         values["engine"] = {"args": {"enable-expert-parallel": True}}
@@ -296,11 +352,43 @@ def generate(
         }
         if not profile.additional_config:
             values[role]["args"] = {flag: None for flag in ASCEND_ONLY_ARGS}
-    keys, result = derived(model, merged(defaults, values), force=force, hbm_gib=hbm_gib, fixed_head_dim=fixed_head_dim)
+    keys, result = derived(
+        model,
+        merged(defaults, values),
+        force=force,
+        hbm_gib=hbm_gib,
+        fixed_head_dim=fixed_head_dim,
+        context_len=context_len or default_context_len(length),
+    )
     for key, value in keys.items():
         set_dotted(values, key, value)
     result.values = values
     return result
+
+
+def check_interface(interface: str, chart: Path | None = None) -> None:
+    """Raise GenerateError unless the chart's schema accepts `interface` as network.interface."""
+    schema = json.loads((paths.chart_dir(chart) / "values.schema.json").read_text())
+    rule = schema["properties"]["network"]["properties"]["interface"]
+    patterns = [rule["pattern"], *(p["pattern"] for p in rule.get("allOf", []) if "pattern" in p)]
+    if not interface or not all(re.search(p, interface) for p in patterns):
+        raise GenerateError(
+            f"--interface {interface!r}: not a Linux interface name (at most 15 characters, no whitespace, '/' or "
+            "':'); give the node's NIC as `ip route | grep default` shows it, or auto"
+        )
+
+
+def device_memory(accelerator: str, gpu: str | None, device_memory_gib: float | None) -> float | None:
+    """Device memory for the estimate: device_memory_gib, else the `gpu` variant's where the
+    accelerator has variants (NVIDIA), else None (the profile's deviceMemoryGiB)."""
+    if device_memory_gib:
+        return device_memory_gib
+    variants = ACCELERATORS[accelerator].variants if accelerator in ACCELERATORS else {}
+    if not variants or gpu is None:
+        return None
+    if gpu not in variants:
+        raise GenerateError(f"--gpu {gpu}: not a device of {accelerator}; use one of {', '.join(sorted(variants))}")
+    return variants[gpu]
 
 
 def _image(image: str) -> dict[str, str]:
@@ -319,7 +407,7 @@ def fit_table(fits: list[modelmod.RoleFit]) -> str:
         "activ. GiB",
         "KV GiB/dev",
         "KV tokens/rank",
-        "seqs x len",
+        "seqs x tokens",
     )
     rows = [header]
     for f in fits:
@@ -332,7 +420,7 @@ def fit_table(fits: list[modelmod.RoleFit]) -> str:
                 f"{f.activations_gib:.1f}",
                 f"{f.kv_gib:.1f}",
                 f"{f.kv_tokens_per_rank:,}",
-                f"{f.max_num_seqs} x {f.max_model_len:,}",
+                f"{f.max_num_seqs} x {f.context_len:,}",
             )
         )
     widths = [max(len(r[i]) for r in rows) for i in range(len(header))]

@@ -209,14 +209,21 @@ class RoleFit:
     kv_tokens_per_rank: int
     max_num_seqs: int
     max_model_len: int
+    # The tokens (prompt plus output) a sequence is expected to hold: what max-num-seqs is sized by.
+    context_len: int
 
     @property
     def fits(self) -> bool:
-        return self.max_num_seqs * self.max_model_len <= self.kv_tokens_per_rank
+        """max-num-seqs sequences of the expected length fit, and so does one max-model-len sequence."""
+        return (
+            self.max_model_len <= self.kv_tokens_per_rank
+            and self.max_num_seqs * self.context_len <= self.kv_tokens_per_rank
+        )
 
     @property
     def seqs_that_fit(self) -> int:
-        return self.kv_tokens_per_rank // self.max_model_len if self.max_model_len else 0
+        """Sequences of the expected length the KV cache of a DP rank holds."""
+        return self.kv_tokens_per_rank // self.context_len if self.context_len else 0
 
 
 def fit(
@@ -230,8 +237,11 @@ def fit(
     max_num_batched_tokens: int,
     max_num_seqs: int,
     max_model_len: int,
+    context_len: int | None = None,
     expert_parallel: bool = False,
 ) -> RoleFit:
+    """What fits on one device of a role; context_len (the expected tokens of a sequence)
+    defaults to max_model_len, sizing for sequences that all reach it."""
     rest, experts = parameters(model)
     expert_shards = tensor * data if expert_parallel else tensor
     weights = (rest / tensor + experts / expert_shards) * model.weight_bytes
@@ -251,4 +261,5 @@ def fit(
         kv_tokens_per_rank=int(kv // per_token),
         max_num_seqs=max_num_seqs,
         max_model_len=max_model_len,
+        context_len=context_len or max_model_len,
     )

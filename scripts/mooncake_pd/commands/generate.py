@@ -6,10 +6,11 @@ import argparse
 import shlex
 import sys
 from pathlib import Path
+from typing import NoReturn
 
+from mooncake_pd import cli, header, values_file
 from mooncake_pd import generate as gen
 from mooncake_pd import model as modelmod
-from mooncake_pd import values_file
 from mooncake_pd.commands import SUMMARIES
 
 GENERATE_HELP = """\
@@ -25,6 +26,10 @@ What comes from config.json:
                 engine.args.quantization ascend; a quantization_config gives a warning to check.
   max-model-len at most max_position_embeddings (above it only with --force).
 
+Not from config.json: network.interface is auto (the interface of the default route, found when
+the container starts) unless --interface names the node's NIC; the chart's own default,
+enp23s0f3, is the guide's node and no other's.
+
 Checks (exit 2, naming the option and the valid choices): num_attention_heads divisible by each
 TP; prefill TP >= decode TP and a multiple of it (non-MLA); TP x DP per node within the
 accelerator's devices per node; the KV cache holds at least max-model-len tokens per DP rank.
@@ -36,8 +41,18 @@ KV-cache estimate, printed as a table on stderr (estimated, not profiled):
                           (routed experts / (TP x DP) with --enable-expert-parallel)
   KV memory/device      = HBM (64 GiB on A3 and A2) x gpu-memory-utilization - weights
                           - activations (estimated: 2 GiB + max-num-batched-tokens x hidden x 12 B)
-  KV tokens per DP rank = KV memory / KV bytes per token; max-num-seqs is lowered until
-                          max-num-seqs x max-model-len fits.
+  KV tokens per DP rank = KV memory / KV bytes per token; it must hold one max-model-len
+                          sequence (else exit 2)
+  max-num-seqs          = the chart's (its values.yaml <role>.args.max-num-seqs), lowered to
+                          KV tokens per DP rank // --expected-context-len where fewer sequences
+                          of that length fit: sized for the requests a role expects, not as if
+                          every sequence ran at max-model-len, which would leave decode a few
+                          sequences and the cache mostly empty. The header and the notes say
+                          what it assumed: "sized for N-token sequences; one max-model-len
+                          sequence fits".
+
+The file's header records the command, with --expected-context-len even where it was the
+default; `mooncake-pd update` reads it back to recompute the same estimate.
 """
 
 
@@ -50,44 +65,27 @@ def _role_topology(args: argparse.Namespace, role: str) -> gen.RoleTopology:
     )
 
 
-def command_lines(argv: list[str], width: int = 96) -> list[str]:
-    """A command as shell lines continued with backslashes, an option and its value together."""
-    words: list[str] = []
-    for token in argv:
-        if words and not token.startswith("-") and words[-1].startswith("-") and " " not in words[-1]:
-            words[-1] += " " + shlex.quote(token)
-        else:
-            words.append(shlex.quote(token))
-    lines, current = [], "  "
-    for word in words:
-        if len(current) + len(word) + 3 > width and current.strip():
-            lines.append(current + " \\")
-            current = "    "
-        current += ("" if current.endswith("  ") else " ") + word
-    return [*lines, current]
+class _RecordedParser(argparse.ArgumentParser):
+    """generate's options, raising GenerateError where argparse would exit."""
+
+    def error(self, message: str) -> NoReturn:
+        raise gen.GenerateError(message)
 
 
-def header_command(text: str) -> list[str]:
-    """The generating command recorded in a values file's header, as argv."""
-    lines = text.splitlines()
-    start = next(i for i, line in enumerate(lines) if line.startswith("#   python -m mooncake_pd"))
-    command = ""
-    for line in lines[start:]:
-        part = line.removeprefix("#").strip()
-        command += " " + part.removesuffix("\\").strip()
-        if not part.endswith("\\"):
-            break
-    return shlex.split(command)
-
-
-def _device_memory(args: argparse.Namespace) -> float | None:
-    if args.device_memory_gib:
-        return args.device_memory_gib
-    variants = gen.ACCELERATORS[args.accelerator].variants
-    return variants[args.gpu] if variants else None
+def recorded_options(argv: list[str]) -> argparse.Namespace:
+    """The options of a recorded generate command (its argv after `python -m mooncake_pd`), as
+    generate parsed them; GenerateError where they do not parse or the command is another."""
+    if cli.command_in(argv) != "generate":
+        raise gen.GenerateError(f"{shlex.join(argv)}: not a generate command")
+    index = argv.index("generate")
+    parser = _RecordedParser(prog="mooncake-pd generate", add_help=False)
+    add_options(parser)
+    cli.add_common_options(parser, top=False)
+    return parser.parse_args([*argv[:index], *argv[index + 1 :]])
 
 
 def run(args: argparse.Namespace) -> int:
+    hbm_gib = gen.device_memory(args.accelerator, args.gpu, args.device_memory_gib)
     model = modelmod.load(args.model_dir)
     name = model.path.parent.name
     roles = {role: _role_topology(args, role) for role in gen.ROLES}
@@ -101,16 +99,22 @@ def run(args: argparse.Namespace) -> int:
         image=args.image,
         expert_parallel=args.enable_expert_parallel,
         force=args.force,
-        hbm_gib=_device_memory(args),
+        hbm_gib=hbm_gib,
         fixed_head_dim=args.fixed_head_dim,
+        context_len=args.expected_context_len,
+        interface=args.interface,
         chart=args.chart,
     )
     table = gen.fit_table(result.fits)
     title = f"{name}: {roles['prefill'].replicas}P{roles['decode'].replicas}D on {args.accelerator}"
-    header = [title, "Generated by:", *command_lines(["python", "-m", "mooncake_pd", *args.argv]), ""]
-    header += ["KV-cache estimate (mooncake_pd generate --help):", *table.splitlines()]
-    header += [*result.notes, ""]
-    text = values_file.dump_new(result.values, header)
+    # The expected context length is recorded even where it was the default, so that `update`
+    # sizes by the same length whatever default a later version has.
+    argv = (
+        args.argv
+        if args.expected_context_len
+        else header.with_option(args.argv, "--expected-context-len", result.context_len, takes_value=True)
+    )
+    text = values_file.dump_new(result.values, header.lines(title, argv, table, result.notes))
     print(table, *result.notes, sep="\n", file=sys.stderr)
     if args.output:
         values_file.write_atomic(args.output, text, backup=True)
@@ -127,6 +131,12 @@ def register(sub: argparse._SubParsersAction) -> None:
         description=GENERATE_HELP,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    add_options(generate)
+    generate.set_defaults(func=run)
+
+
+def add_options(generate: argparse.ArgumentParser) -> None:
+    """generate's options (also how `update` reads the command a file's header records)."""
     generate.add_argument(
         "--model-dir",
         type=Path,
@@ -192,6 +202,24 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="context length (default: the chart's 40000, at most max_position_embeddings)",
     )
     generate.add_argument(
+        "--expected-context-len",
+        type=cli.positive_int,
+        metavar="N",
+        help=f"tokens (prompt plus output) a request is expected to reach, what max-num-seqs is sized by "
+        f"(default: {gen.DEFAULT_CONTEXT_LEN}, at most max-model-len: over three times the benchmark's "
+        "1024-token prompts with 128-token answers, and above most chat and RAG requests; vLLM preempts and later "
+        "recomputes a sequence when the KV cache runs out instead of failing it, so a burst of longer "
+        "requests costs time, not errors; one max-model-len sequence always fits, checked)",
+    )
+    generate.add_argument(
+        "--interface",
+        default="auto",
+        metavar="NAME",
+        help="network.interface, the NIC of the HCCL, Gloo and TP sockets (NCCL and Gloo on NVIDIA) as "
+        "`ip route | grep default` on the nodes shows it (default: auto, found from the default route when "
+        "the container starts; the guide's node is enp23s0f3)",
+    )
+    generate.add_argument(
         "--fixed-head-dim",
         action="store_true",
         help="write model.hfOverrides.head_dim into the file; only for engine.preflight.checks.model false "
@@ -210,4 +238,3 @@ def register(sub: argparse._SubParsersAction) -> None:
         type=Path,
         help="values file to write (atomically; an existing one is kept as .bak); default: stdout",
     )
-    generate.set_defaults(func=run)

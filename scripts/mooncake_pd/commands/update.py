@@ -6,13 +6,117 @@ import argparse
 import difflib
 import sys
 from pathlib import Path
+from typing import Any
 
 import yaml
 
+from mooncake_pd import cli, commands, header, values_file
 from mooncake_pd import generate as gen
 from mooncake_pd import model as modelmod
-from mooncake_pd import values_file
 from mooncake_pd.commands import SUMMARIES
+
+UPDATE_HELP = """\
+Recompute the keys a model decides (model.mla, engine.args.quantization and trust-remote-code,
+each role's args.max-num-seqs; a fixed model.hfOverrides.head_dim is removed, since the
+preflight derives it at start, unless --fixed-head-dim) for the topology, max-model-len and
+engine args the file describes, and rewrite only those, keeping comments, key order and all
+other keys. The file is replaced atomically and the previous version kept as <file>.bak.
+
+A file written by `generate` records its command in the header. update reads the inputs the file
+does not hold from it (--gpu and --device-memory-gib, --expected-context-len, --fixed-head-dim,
+--force) and estimates as generate did, so a file fresh from generate is up to date. max-num-seqs
+is then recomputed, raised as well as lowered: the chart's (values.yaml) lowered to what the KV
+cache holds at the expected context length. The header's KV-cache estimate (table and notes)
+is rewritten; lines added there by hand, and every other comment, are kept. An option given here
+overrides the recorded one and is written into the recorded command, so the next update keeps it.
+Where the file's topology or max-model-len differs from the recorded command (edited by hand),
+the estimate is for the file's, and stderr says so.
+
+A --model-dir whose directory name differs (ignoring case) from the recorded --model-dir's gives
+a warning naming both: the file was generated for another model (run generate for a new one).
+
+A file without a recorded command (written by hand) is estimated as before: device memory of
+the accelerator (or --gpu, --device-memory-gib), sequences of max-model-len tokens (or
+--expected-context-len), and max-num-seqs only ever lowered from the file's own."""
+
+# The update options that override a recorded generate option of the same name.
+OVERRIDES = ("gpu", "device_memory_gib", "expected_context_len", "fixed_head_dim", "force")
+
+
+def _option(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def overridden(recorded: argparse.Namespace, args: argparse.Namespace) -> dict[str, Any]:
+    """The recorded generate options that update's own options change: {name: new value}. A
+    --gpu given here also drops a recorded --device-memory-gib (the device named wins)."""
+    given = {name: getattr(args, name) for name in OVERRIDES if getattr(args, name) is not None}
+    if "gpu" in given:
+        given.setdefault("device_memory_gib", None)
+    return {name: value for name, value in given.items() if getattr(recorded, name) != value}
+
+
+def model_name(model_dir: Path) -> str:
+    """The model's name as generate takes it: the directory's, or the one holding a config file."""
+    return model_dir.parent.name if model_dir.suffix == ".json" else model_dir.name
+
+
+def mismatch(recorded_dir: Path, model: modelmod.Model, values_path: Path) -> str | None:
+    """A warning where `model` is not the one the file was generated for (directory names differ)."""
+    old, new = model_name(recorded_dir), model.path.parent.name
+    if old.lower() == new.lower():
+        return None
+    return (
+        f"WARNING: {model.path} is {new}, but {values_path} was generated for {old} (--model-dir {recorded_dir} "
+        f"in its header): its model keys are recomputed for {new}; for another model, run generate"
+    )
+
+
+def file_differences(recorded: argparse.Namespace, effective: dict[str, Any], values_path: Path) -> list[str]:
+    """Where the file (edited by hand) no longer says what its recorded command did: one line each."""
+    pairs: list[tuple[str, Any, str, Any]] = [
+        ("accelerator.type", effective["accelerator"]["type"], "--accelerator", recorded.accelerator)
+    ]
+    for role in gen.ROLES:
+        v = effective[role]
+        pairs += [
+            (f"{role}.parallelism.tensor", v["parallelism"]["tensor"], f"--{role}-tp", getattr(recorded, f"{role}_tp")),
+            (f"{role}.parallelism.data", v["parallelism"]["data"], f"--{role}-dp", getattr(recorded, f"{role}_dp")),
+            (f"{role}.workerReplicas", v["workerReplicas"], f"--{role}-nodes", getattr(recorded, f"{role}_nodes") - 1),
+        ]
+    if recorded.max_model_len is not None:
+        pairs.append(
+            ("model.maxModelLen", effective["model"]["maxModelLen"], "--max-model-len", recorded.max_model_len)
+        )
+    expert = bool((effective["engine"].get("args") or {}).get("enable-expert-parallel"))
+    pairs.append(
+        ("engine.args.enable-expert-parallel", expert, "--enable-expert-parallel", recorded.enable_expert_parallel)
+    )
+    return [
+        f"{values_path}: {key} is {ours}, but its header's command has {option} {theirs}: estimated for the file's"
+        for key, ours, option, theirs in pairs
+        if ours != theirs
+    ]
+
+
+def recorded_inputs(
+    args: argparse.Namespace, command: list[str], effective: dict[str, Any]
+) -> tuple[argparse.Namespace, argparse.Namespace, dict[str, Any]]:
+    """From a recorded generate command (argv after `python -m mooncake_pd`): its options, the
+    inputs of the estimate (update's own options over them) and what changed there, to record."""
+    try:
+        # generate's own parser reads its command (loaded here, on use, as the CLI loads commands).
+        recorded = commands.load("generate").recorded_options(command)
+    except gen.GenerateError as e:
+        raise gen.GenerateError(
+            f"{args.values_file}: the generate command in its header does not parse ({e}); correct it, or "
+            "delete it to update the file as one written by hand"
+        ) from None
+    changed = overridden(recorded, args)
+    if (changed.get("expected_context_len") or recorded.expected_context_len) is None:
+        # Generated before the command recorded it: the default, recorded from now on.
+        changed["expected_context_len"] = gen.default_context_len(int(effective["model"]["maxModelLen"]))
+    return recorded, argparse.Namespace(**{**vars(recorded), **changed}), changed
 
 
 def run(args: argparse.Namespace) -> int:
@@ -22,14 +126,41 @@ def run(args: argparse.Namespace) -> int:
         current = yaml.safe_load(text) or {}
     except (OSError, yaml.YAMLError) as e:
         raise gen.GenerateError(f"{args.values_file}: cannot read it as YAML: {e}") from None
+    defaults = gen.chart_defaults(args.chart)
+    effective = gen.merged(defaults, current)
+    kind = effective["accelerator"]["type"]
+    if args.gpu and kind in gen.ACCELERATORS and not gen.ACCELERATORS[kind].variants:
+        raise gen.GenerateError(f"--gpu {args.gpu}: accelerator.type {kind} has no device variants; drop --gpu")
+    argv = header.command(text)
+    changed: dict[str, Any] = {}
+    if argv is None:
+        # Written by hand: estimated as before this command read headers.
+        inputs = argparse.Namespace(**{name: getattr(args, name) for name in OVERRIDES})
+        caps = None
+    else:
+        recorded, inputs, changed = recorded_inputs(args, argv[len(header.PROGRAM) :], effective)
+        caps = gen.seq_caps(defaults)
+        warning = mismatch(recorded.model_dir, model, args.values_file)
+        for line in [*([warning] if warning else []), *file_differences(recorded, effective, args.values_file)]:
+            print(line, file=sys.stderr)
     keys, result = gen.derived(
         model,
-        gen.merged(gen.chart_defaults(args.chart), current),
-        force=args.force,
-        hbm_gib=args.device_memory_gib,
-        fixed_head_dim=args.fixed_head_dim,
+        effective,
+        force=bool(inputs.force),
+        hbm_gib=gen.device_memory(kind, inputs.gpu, inputs.device_memory_gib),
+        fixed_head_dim=bool(inputs.fixed_head_dim),
+        context_len=inputs.expected_context_len,
+        caps=caps,
     )
     wanted = values_file.apply(text, keys)
+    if argv is not None:
+        wanted = header.with_estimate(wanted, gen.fit_table(result.fits), result.notes)
+        command = argv[len(header.PROGRAM) :]
+        for name, value in changed.items():
+            takes_value = name not in ("fixed_head_dim", "force")
+            command = header.with_option(command, _option(name), value, takes_value=takes_value)
+        if changed:
+            wanted = header.with_command(wanted, command)
     if wanted == text:
         print(f"{args.values_file}: up to date with {model.path}", file=sys.stderr)
         return 0
@@ -55,11 +186,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     update = sub.add_parser(
         "update",
         help=SUMMARIES["update"],
-        description="Recompute the keys a model decides (model.mla, engine.args.quantization, each "
-        "role's args.max-num-seqs; a fixed model.hfOverrides.head_dim is removed, since the preflight "
-        "derives it at start, unless --fixed-head-dim) for the topology the file "
-        "describes, and rewrite only those, keeping comments, key order and all other keys. The "
-        "file is replaced atomically and the previous version kept as <file>.bak.",
+        description=UPDATE_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     update.add_argument("values_file", type=Path, metavar="VALUES_FILE", help="the values file to update")
     update.add_argument("--model-dir", type=Path, required=True, help="model directory holding config.json")
@@ -69,16 +197,36 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="change nothing: print the diff and exit 1 when the file is out of date (for CI)",
     )
     update.add_argument(
-        "--fixed-head-dim",
-        action="store_true",
-        help="keep model.hfOverrides.head_dim in the file; only for engine.preflight.checks.model false "
-        "(by default a fixed head_dim is removed: the preflight derives it at start)",
+        "--gpu",
+        choices=sorted({v for a in gen.ACCELERATORS.values() for v in a.variants}),
+        help="the device, for its memory in the estimate (accelerators with device variants: NVIDIA); "
+        "default: the recorded --gpu, else h100",
     )
-    update.add_argument("--force", action="store_true", help="allow maxModelLen above max_position_embeddings")
     update.add_argument(
         "--device-memory-gib",
         type=float,
         metavar="GIB",
-        help="device memory for the estimate (default: the accelerator's; NVIDIA: 80)",
+        help="device memory for the estimate (default: the recorded one, else the --gpu's, else the "
+        "accelerator's: 64 on A3 and A2)",
+    )
+    update.add_argument(
+        "--expected-context-len",
+        type=cli.positive_int,
+        metavar="N",
+        help="tokens a request is expected to reach, what max-num-seqs is sized by (default: the recorded "
+        f"one, else {gen.DEFAULT_CONTEXT_LEN} at most max-model-len; a file written by hand: max-model-len)",
+    )
+    update.add_argument(
+        "--fixed-head-dim",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="keep model.hfOverrides.head_dim in the file; only for engine.preflight.checks.model false "
+        "(default: the recorded choice; without one a fixed head_dim is removed, the preflight derives it)",
+    )
+    update.add_argument(
+        "--force",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="allow maxModelLen above max_position_embeddings (default: the recorded choice)",
     )
     update.set_defaults(func=run)
