@@ -18,7 +18,7 @@ RENDER_HELM := $(if $(HELM),$(HELM),$(PINNED_HELM))
 RENDER_HELM_DEP := $(if $(HELM),,$(PINNED_HELM))
 CT_TARGET_BRANCH ?= main
 CHECKOV_STAMP := .tools/checkov/.installed
-E2E_STAMP := .tools/e2e/.installed .tools/ascend-overlay/.installed
+E2E_STAMP := .tools/e2e/.installed .tools/ascend-overlay/.installed .tools/python-slim/.installed
 CHART_VERSION = $(shell sed -n 's/^version: *//p' chart/Chart.yaml)
 
 .PHONY: help tools helm render test unit test-time e2e e2e-2p1d e2e-venv conformance fuzz golden schema docs lint package clean \

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# Install the e2e venv (.tools/e2e) and the vLLM-Ascend overlay (.tools/ascend-overlay) that
-# `make e2e` and `make conformance` run the chart's processes with (tests/localpods.py).
+# Install the e2e venv (.tools/e2e), the vLLM-Ascend overlay (.tools/ascend-overlay) and the
+# slim Python image's stand-in (.tools/python-slim: Python 3.11 and its standard library alone,
+# as docker.io/library/python:3.11-slim runs the helm-test pod) that `make e2e` and
+# `make conformance` run the chart's processes with (tests/support/localpods.py).
 # Pinned: requirements-e2e.txt, requirements-e2e-nodeps.txt, requirements-ascend-overlay.txt.
 # A missing prerequisite ends it with one line naming what is missing; nothing is skipped.
 set -euo pipefail
@@ -8,6 +10,7 @@ cd "$(dirname "$0")/.."
 python="${E2E_PYTHON:-/usr/bin/python3.11}"
 venv=.tools/e2e
 overlay=.tools/ascend-overlay
+slim=.tools/python-slim
 log=.tools/e2e-install.log
 die() { echo "install-e2e: $*" >&2; exit 1; }
 
@@ -41,4 +44,10 @@ if [ ! -f "${overlay}/.installed" ]; then
   pip_install --no-deps --target "${overlay}" -r requirements-ascend-overlay.txt
   touch "${overlay}/.installed"
 fi
-echo "install-e2e: ${venv} and ${overlay} ready"
+if [ ! -f "${slim}/.installed" ]; then
+  rm -rf "${slim}"
+  # No pip, no site packages: only what the image's interpreter brings.
+  "${python}" -m venv --without-pip "${slim}" || die "${python} -m venv ${slim} failed"
+  touch "${slim}/.installed"
+fi
+echo "install-e2e: ${venv}, ${overlay} and ${slim} ready"

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from conftest import Rendered, Renderer, assert_valid
-from mooncake_pd import engines, scriptrun
+from mooncake_pd import engines, paths, scriptrun
 
 ASCEND_VOLUMES = {"hccn-conf", "hccn-tool", "ascend-install-info"}
 PROFILES = {
@@ -65,11 +65,32 @@ def test_profile_resources_image_mounts_env_and_connector(render: Renderer, crds
             assert ports == [{"prefill": 18000, "decode": 18100}[role] + i for i in range(2)]
 
 
-def test_nvidia_proxy_runs_from_the_vllm_ascend_image(render: Renderer):
+def test_nvidia_proxy_runs_the_vendored_script_in_vllms_cpu_image(render: Renderer):
+    """Issue #27 item 10: not the vLLM-Ascend image with CANN, but the smallest image with what the
+    v0.13.0 proxy imports (conformance runs it there), and the chart's copy of the script."""
     rendered = render(overrides=profile_values("nvidia"))
-    proxy = rendered.one("Deployment")["spec"]["template"]["spec"]["containers"][0]
-    assert proxy["image"] == "quay.io/ascend/vllm-ascend:v0.13.0"
-    assert proxy["command"][1].startswith("/vllm-workspace/vllm-ascend/")
+    pod = rendered.one("Deployment")["spec"]["template"]
+    proxy = pod["spec"]["containers"][0]
+    assert proxy["image"] == "public.ecr.aws/q9t5s3a7/vllm-cpu-release-repo:v0.13.0"
+    assert proxy["command"] == ["python3", "/workspace/load_balance_proxy_server_example.py"]
+    script = rendered.one("ConfigMap")["data"]["load_balance_proxy_server_example.py"]
+    assert script == (paths.CHART / "files/vendor/vllm-ascend-v0.13.0/load_balance_proxy_server_example.py").read_text()
+    assert {
+        "name": "scripts",
+        "mountPath": proxy["command"][1],
+        "subPath": "load_balance_proxy_server_example.py",
+        "readOnly": True,
+    } in proxy["volumeMounts"]
+    assert "checksum/programs" in pod["metadata"]["annotations"]
+    # On Ascend, the engine image's own script; with proxy.image, that image's proxy.script.
+    ascend = render().one("Deployment")["spec"]["template"]["spec"]["containers"][0]
+    assert ascend["image"] == "quay.io/ascend/vllm-ascend:v0.13.0-a3"
+    assert ascend["command"][1].startswith("/vllm-workspace/vllm-ascend/")
+    assert "load_balance_proxy_server_example.py" not in render().one("ConfigMap")["data"]
+    own = profile_values("nvidia", proxy={"image": {"repository": "quay.io/ascend/vllm-ascend"}})
+    own_proxy = render(overrides=own).one("Deployment")["spec"]["template"]["spec"]["containers"][0]
+    assert own_proxy["image"] == "quay.io/ascend/vllm-ascend:v0.13.0"
+    assert own_proxy["command"][1].startswith("/vllm-workspace/vllm-ascend/")
 
 
 def test_upstream_mooncake_connector_on_nvidia(render: Renderer, crds):

@@ -339,3 +339,16 @@ def test_a_scripts_python3_is_this_python_without_site():
     )
     run = scriptrun.run(script, {})
     assert run.argv == ["serve", "m", "--seen", f"{sys.executable} 1", "--site", "no"]
+
+
+def test_a_nic_the_node_lacks_is_refused_naming_network_interface(render: Renderer):
+    """Issue #27 item 2: the guide's enp23s0f3 on a node whose NIC is another is refused at start,
+    naming network.interface and the NICs the node has, instead of HCCL/NCCL/Gloo failing at their
+    first collective."""
+    line = refusal(render, nics=("lo", "eth0"))
+    assert "network interface 'enp23s0f3' (GLOO_SOCKET_IFNAME) is not on this node (it has: eth0, lo)" in line
+    assert ", network.interface, " in line
+    run(render, nics=("lo", "enp23s0f3"))  # the guide's node: passes
+    # Off, and where /sys/class/net cannot be read (a warning), it is not checked.
+    run(render, {"engine": {"preflight": {"checks": {"network": False}}}}, nics=("lo",))
+    assert "NIC enp23s0f3 not checked" in run(render).stderr

@@ -32,6 +32,11 @@ TPU_ROW = {
     "imageTag": None,
     "deviceVariants": {},
     "handWritten": None,
+    "hostResources": {
+        "per": "device",
+        "requests": {"cpu": "3", "memory": "12Gi"},
+        "limits": {"cpu": "6500m", "memory": "48Gi"},
+    },
 }
 TPU_FAMILY = {
     "connectors": ["NixlConnector"],
@@ -49,6 +54,7 @@ TPU_FAMILY = {
     "proxyInEngineImage": False,
     "benchmarkInEngineImage": True,
     "additionalConfig": False,
+    "hostNetwork": {"default": False, "required": ""},
 }
 TPU_IMAGE = {"repository": "example.com/vllm-tpu", "tag": "v0.13.0"}
 TPU_VALUES = {
@@ -101,6 +107,10 @@ def test_a_profile_of_a_new_family_renders_from_data_alone(render: Renderer, tpu
     # Devices: tensor x dataLocal of the guide's topology (2 x 4), of this family's resource.
     assert container["resources"]["limits"]["google.com/tpu"] == "8"
     assert not any(k.startswith(("huawei.com/", "nvidia.com/")) for k in container["resources"]["limits"])
+    # Host CPU and memory per device of the row, times the 8 devices; the pod network by default.
+    assert container["resources"]["requests"] == {"cpu": "24", "memory": "96Gi", "google.com/tpu": "8"}
+    assert container["resources"]["limits"] == {"cpu": "52", "memory": "384Gi", "google.com/tpu": "8"}
+    assert "hostNetwork" not in prefill["spec"]
     # Its host mounts, not Ascend's.
     mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
     assert mounts.get("tpu-env") == "/etc/tpu-env" and "hccn-conf" not in mounts

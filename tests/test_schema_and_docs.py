@@ -240,7 +240,10 @@ def test_probe_rules_of_the_api_server(schema):
     for name in ("mooncake-pd.ProbeTimings", "mooncake-pd.SingleSuccessProbeTimings"):
         fields = definitions[name]["properties"]
         assert all(fields[k]["minimum"] == 0 for k in ("timeoutSeconds", "periodSeconds", "failureThreshold"))
-        assert fields["terminationGracePeriodSeconds"]["minimum"] == 1
+    # validateReadinessProbe: "must not be set for readinessProbes"; positive on the others.
+    assert "terminationGracePeriodSeconds" not in definitions["mooncake-pd.ProbeTimings"]["properties"]
+    single = definitions["mooncake-pd.SingleSuccessProbeTimings"]["properties"]
+    assert single["terminationGracePeriodSeconds"]["minimum"] == 1
     assert definitions["mooncake-pd.SingleSuccessProbeTimings"]["properties"]["successThreshold"]["maximum"] == 1
     engine = schema["properties"]["engine"]["properties"]
     for probe in ("startupProbe", "livenessProbe"):

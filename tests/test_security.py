@@ -114,8 +114,12 @@ def test_image_digest_pins_every_pod(render):
     rendered = render(overrides={"image": {"digest": digest}})
     images = [rendered.container(role)["image"] for role in ("prefill", "decode")]
     images += [rendered.one("Deployment", "deepseek-pd-proxy")["spec"]["template"]["spec"]["containers"][0]["image"]]
-    images += [rendered.one("Pod", "deepseek-pd-test")["spec"]["containers"][0]["image"]]
     assert set(images) == {f"quay.io/ascend/vllm-ascend:v0.13.0-a3@{digest}"}
+    # The helm-test pod runs its own (slim Python) image, pinned by test.image.digest.
+    tested = render(overrides={"test": {"image": {"digest": digest}}})
+    assert tested.one("Pod", "deepseek-pd-test")["spec"]["containers"][0]["image"] == (
+        f"docker.io/library/python:3.11-slim@{digest}"
+    )
 
 
 ENGINE_LABELS = {"app.kubernetes.io/name": "mooncake-pd", "app.kubernetes.io/instance": "deepseek-pd"}

@@ -164,11 +164,15 @@ def test_release_files():
     annotations = chart["annotations"]
     assert annotations["artifacthub.io/license"] == "Apache-2.0"
     images = {i["image"] for i in yaml.safe_load(annotations["artifacthub.io/images"])}
-    assert images == {
-        "quay.io/ascend/vllm-ascend:v0.13.0-a3",
-        "quay.io/ascend/vllm-ascend:v0.13.0",
-        "docker.io/vllm/vllm-openai:v0.13.0",
-    }
+    # Every image the chart runs by default on some profile: the engines', the proxy's and the
+    # benchmark client's of each engine version (profiles.yaml), and the helm-test pod's.
+    table = yaml.safe_load((paths.CHART / "files" / "profiles.yaml").read_text())
+    values = yaml.safe_load((paths.CHART / "values.yaml").read_text())
+    expected = {f"{values['test']['image']['repository']}:{values['test']['image']['tag']}"}
+    for engine in table["engines"].values():
+        for image in [*engine["images"].values(), engine["proxyImage"], engine["benchmarkImage"]]:
+            expected.add(f"{image['repository']}:{image['tag']}")
+    assert images == expected
     assert chart["icon"].startswith("https://")
     for project in ("volcano-sh/kthena", "vllm-project/vllm-ascend", "kvcache-ai/Mooncake"):
         assert any(project in s for s in chart["sources"])

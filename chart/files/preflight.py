@@ -270,6 +270,39 @@ def check_hccn(settings: dict, devices: list[int], warnings: list[str]) -> str:
     return f"hccn.conf present, {len(devices)} NPU links up"
 
 
+def node_interfaces() -> list[str] | None:
+    """The network interfaces the pod sees (the node's, on the host network); None where
+    /sys/class/net cannot be read."""
+    try:
+        return sorted(os.listdir(host_path("/sys/class/net")))
+    except OSError:
+        return None
+
+
+def check_interface(settings: dict, env: dict, warnings: list[str]) -> str:
+    """The NIC the start script exported for the collective libraries (network.interface, or the
+    default route's with auto) exists here: NCCL, HCCL and Gloo otherwise fail at their first
+    collective, minutes later, with a socket error that does not name it."""
+    names = [name for name in settings.get("interfaceEnv") or [] if env.get(name)]
+    if not names:
+        return "no NIC variable to check"
+    nic = env[names[0]]
+    present = node_interfaces()
+    if present is None:
+        warnings.append(f"{PREFIX} warning: /sys/class/net is not readable; NIC {nic} not checked")
+        return f"NIC {nic} not checked"
+    if nic not in present:
+        auto = settings.get("interface") == "auto"
+        raise Refusal(
+            f"network interface {nic!r} ({names[0]}{', found from the default route' if auto else ''}) is not on "
+            f"this node (it has: {', '.join(present) or 'none visible'})",
+            "network.interface",
+            "set it to the NIC that carries the pods' traffic (`ip route | grep default` on the node), "
+            "or auto for the default route's",
+        )
+    return f"NIC {nic} present"
+
+
 def run(settings: dict, env: dict) -> tuple[str, str, list[str]]:
     """(hf-overrides JSON or "", summary line, warnings). Raises Refusal."""
     checks = settings["checks"]
@@ -285,6 +318,8 @@ def run(settings: dict, env: dict) -> tuple[str, str, list[str]]:
         notes.append(check_tensor_parallel(text, settings["tensor"], settings["tensorKey"]))
         notes.append(check_max_model_len(text, settings["maxModelLen"], "model.maxModelLen"))
     worker_index = int(env.get("WORKER_INDEX") or 0)
+    if checks.get("network"):
+        notes.append(check_interface(settings, env, warnings))
     if checks["ports"]:
         notes.append(check_ports(node_ports(settings, worker_index), env.get("POD_IP", "0.0.0.0"), warnings))
     devices: list[int] = []

@@ -17,10 +17,14 @@ The model on the engines' pods: its volume and the download at start.
     readOnly: true
     {{- end }}
 {{- else }}
+  {{- /* {} when unsized: a bare `emptyDir:` is null, which Kthena's CRD refuses ("must be of
+  type object") and kubernetes-validate lets through (found on the local cluster). */}}
+  {{- with $storage.emptyDirSizeLimit }}
   emptyDir:
-    {{- with $storage.emptyDirSizeLimit }}
     sizeLimit: {{ . | toJson }}
-    {{- end }}
+  {{- else }}
+  emptyDir: {}
+  {{- end }}
 {{- end }}
 {{- end }}
 

@@ -10,26 +10,15 @@ Context: (dict "root" $ "role" "prefill" "worker" false).
 {{- $profile := include "mooncake-pd.profile" $root | fromJson -}}
 {{- $script := include "mooncake-pd.names.script" . -}}
 {{- $devices := include "mooncake-pd.parallelism.devicesPerPod" $v -}}
-{{- $resources := deepCopy ($v.resources | default dict) -}}
-{{- if $profile.resourceName }}
-{{- range $kind := list "requests" "limits" }}
-{{- $_ := set $resources $kind (merge (dict $profile.resourceName $devices) (get $resources $kind | default dict)) }}
-{{- end }}
-{{- end -}}
-{{- /* Quantities as strings: inside the ModelServing the pod template is checked by Kthena's
-CRD, whose quantities are int-or-string, so a float from a values file (cpu: 0.5) is refused
-there ("must be of type integer,string"), though a Deployment would take it. */ -}}
-{{- range $kind := list "requests" "limits" }}
-{{- $quantities := dict }}
-{{- range $name, $quantity := get $resources $kind | default dict }}
-{{- $_ := set $quantities $name (toString $quantity) }}
-{{- end }}
-{{- if hasKey $resources $kind }}{{ $_ := set $resources $kind $quantities }}{{ end }}
-{{- end -}}
+{{- $resources := include "mooncake-pd.resources.engine" . | fromJson -}}
+{{- $hostNetwork := include "mooncake-pd.security.hostNetwork" $root -}}
 metadata:
   labels:
-    {{- include "mooncake-pd.labels.pod" (dict "root" $root "component" $role) | nindent 4 }}
+    {{- include "mooncake-pd.labels.pod" (dict "root" $root "component" $role "own" $v.podLabels) | nindent 4 }}
   annotations:
+    {{- with include "mooncake-pd.labels.podAnnotations" (dict "root" $root "own" $v.podAnnotations) }}
+    {{- . | nindent 4 }}
+    {{- end }}
     # A change to the start script rolls the pods that run it.
     checksum/script: {{ include "mooncake-pd.script.engine" . | sha256sum }}
     {{- if $root.Values.engine.preflight.enabled }}
@@ -38,11 +27,16 @@ metadata:
     # ... and so does a change to the other programs it runs (chart/files).
     checksum/programs: {{ include "mooncake-pd.programs.checksum" (dict "root" $root "names" (include "mooncake-pd.programs.engine" $root | fromJsonArray)) }}
 spec:
+  {{- if $hostNetwork }}
   hostNetwork: true
   # Host network pods need this to resolve cluster Services (and ENTRY_ADDRESS).
   dnsPolicy: ClusterFirstWithHostNet
+  {{- end }}
   automountServiceAccountToken: false
   terminationGracePeriodSeconds: {{ int64 $root.Values.engine.terminationGracePeriodSeconds }}
+  {{- with $v.priorityClassName }}
+  priorityClassName: {{ . | toJson }}
+  {{- end }}
   {{- with $root.Values.engine.podSecurityContext }}
   securityContext:
     {{- toYaml . | nindent 4 }}
@@ -50,7 +44,7 @@ spec:
   {{- with include "mooncake-pd.scheduling.pullSecrets" $root }}
   {{- . | nindent 2 }}
   {{- end }}
-  {{- with include "mooncake-pd.scheduling.placement" (dict "nodeSelector" $v.nodeSelector "tolerations" $v.tolerations "affinity" (include "mooncake-pd.scheduling.engineAffinity" . | fromYaml)) }}
+  {{- with include "mooncake-pd.scheduling.placement" (dict "nodeSelector" $v.nodeSelector "tolerations" $v.tolerations "affinity" (include "mooncake-pd.scheduling.engineAffinity" . | fromYaml) "topologySpreadConstraints" $v.topologySpreadConstraints) }}
   {{- . | nindent 2 }}
   {{- end }}
   {{- if eq $root.Values.model.storage.type "download" }}
@@ -162,6 +156,12 @@ spec:
     {{- if $root.Values.engine.preflight.enabled }}
     {{- include "mooncake-pd.programs.mount" "preflight.py" | nindent 4 }}
     {{- end }}
+    {{- with $root.Values.engine.extraVolumeMounts }}
+    {{- toYaml . | nindent 4 }}
+    {{- end }}
+  {{- with $root.Values.engine.extraContainers }}
+  {{- toYaml . | nindent 2 }}
+  {{- end }}
   volumes:
   {{- include "mooncake-pd.model.volume" $root | nindent 2 }}
   - name: dshm
@@ -174,4 +174,7 @@ spec:
       type: File
   {{- end }}
   {{- include "mooncake-pd.programs.volume" $root | nindent 2 }}
+  {{- with $root.Values.engine.extraVolumes }}
+  {{- toYaml . | nindent 2 }}
+  {{- end }}
 {{- end }}

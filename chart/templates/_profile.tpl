@@ -43,6 +43,11 @@ is parsed once however often the profile is read. */}}
 {{- end -}}
 {{- end -}}
 {{- end -}}
+{{- range $name, $row := $table.accelerators | default dict -}}
+{{- if hasKey $row "hostResources" -}}
+{{- $problems = concat $problems (include "mooncake-pd.resources.tableProblems" (dict "name" $name "row" $row.hostResources) | fromJsonArray) -}}
+{{- end -}}
+{{- end -}}
 {{- range $name, $row := $table.families | default dict -}}
 {{- range $field := $required.families | default list -}}
 {{- if not (hasKey $row $field) }}{{ $problems = append $problems (printf "families.%s.%s: missing; every family needs it (required.families)" $name $field) }}{{ end -}}
@@ -130,6 +135,16 @@ whose example proxy needs no device). */}}
 {{- include "mooncake-pd.profile.image" . -}}
 {{- else -}}
 {{- printf "%s:%s" $profile.engine.proxyImage.repository (default $profile.engine.proxyImage.tag $image.tag) -}}
+{{- end -}}
+{{- end }}
+
+{{/* The chart's copy of the PD proxy script (a path under chart/files) where the proxy image
+lacks it: the engine version's proxyScript on a family whose engine image does not carry the
+proxy, unless proxy.image names another image (whose proxy.script then runs). "" otherwise. */}}
+{{- define "mooncake-pd.profile.proxyScript" -}}
+{{- $profile := include "mooncake-pd.profile" . | fromJson -}}
+{{- if and (not .Values.proxy.image.repository) (not $profile.proxyInEngineImage) -}}
+{{- $profile.engine.proxyScript -}}
 {{- end -}}
 {{- end }}
 

@@ -13,6 +13,10 @@ download init container); the helm test pod chat_check.py; the benchmark Job ben
 {{- if .Values.benchmark.enabled }}{{ $names = append $names "bench_result.py" }}{{ end -}}
 {{- $files := dict -}}
 {{- range $name := $names }}{{ $_ := set $files $name ($.Files.Get (printf "files/%s" $name)) }}{{ end -}}
+{{- /* The vendored PD proxy, where its image lacks it (mooncake-pd.profile.proxyScript). */ -}}
+{{- with and (eq .Values.router.type "proxy") (include "mooncake-pd.profile.proxyScript" .) }}
+{{- $_ := set $files (base .) ($.Files.Get (printf "files/%s" .)) }}
+{{- end -}}
 {{- toJson $files -}}
 {{- end }}
 
@@ -41,7 +45,7 @@ kv_transfer_config.py, and download_model.py in the download init container. JSO
 {{- end }}
 
 {{/* The sha256 of the programs a pod runs, so a change to one rolls the pods that run it.
-(dict "root" $ "names" (list "kv_transfer_config.py" ...)) */}}
+(dict "root" $ "names" (list "kv_transfer_config.py" ...)): paths under chart/files. */}}
 {{- define "mooncake-pd.programs.checksum" -}}
 {{- $texts := list -}}
 {{- range $name := .names }}{{ $texts = append $texts ($.root.Files.Get (printf "files/%s" $name)) }}{{ end -}}

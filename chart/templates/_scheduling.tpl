@@ -11,11 +11,12 @@ imagePullSecrets:
 {{- end -}}
 {{- end }}
 
-{{/* nodeSelector, tolerations and affinity of a pod spec, each only when set, in that order,
-for the caller to indent. (dict "nodeSelector" $map "tolerations" $list "affinity" $map) */}}
+{{/* nodeSelector, tolerations, affinity and topologySpreadConstraints of a pod spec, each only
+when set, in that order, for the caller to indent. (dict "nodeSelector" $map "tolerations" $list
+"affinity" $map "topologySpreadConstraints" $list) */}}
 {{- define "mooncake-pd.scheduling.placement" -}}
 {{- $parts := list -}}
-{{- range $key := list "nodeSelector" "tolerations" "affinity" -}}
+{{- range $key := list "nodeSelector" "tolerations" "affinity" "topologySpreadConstraints" -}}
 {{- with get $ $key -}}
 {{- $parts = append $parts (printf "%s:\n%s" $key (toYaml . | indent 2)) -}}
 {{- end -}}

@@ -112,6 +112,8 @@ values key each check answers to. Context: (dict "root" $ "role" "prefill"). */}
   "kvPorts" (dict "start" (int $v.kvPort) "perRank" (int (include "mooncake-pd.parallelism.kvPortsPerRank" .)) "key" (printf "%s.kvPort" .role))
   "family" $profile.family
   "devicePattern" $profile.devicePattern
+  "interface" $root.Values.network.interface
+  "interfaceEnv" $profile.nic.interfaceEnv
   "checks" (deepCopy $root.Values.engine.preflight.checks)
 -}}
 {{- /* Where the profile mounts the NPU network files, the preflight checks them (hccn). */ -}}

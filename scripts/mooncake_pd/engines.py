@@ -141,6 +141,8 @@ class Node:
     hccn_stdout: str | None = None
     hccn_stderr: str = ""
     hccn_exit: int = 0
+    # Network interfaces in /sys/class/net; None: no /sys/class/net (the NIC is not checked).
+    nics: tuple[str, ...] | None = None
 
 
 def hccn_tool_script(node: Node) -> str:
@@ -171,6 +173,8 @@ def node_files(container: dict[str, Any], env: dict[str, str], node: Node) -> di
         files[mounts["hccn-conf"]] = scriptrun.NodeFile(node.hccn_conf)
     if "hccn-tool" in mounts:
         files[mounts["hccn-tool"]] = scriptrun.NodeFile(hccn_tool_script(node), executable=True)
+    for nic in node.nics or ():
+        files[f"/sys/class/net/{nic}/operstate"] = scriptrun.NodeFile("up\n")
     return files
 
 

@@ -159,8 +159,8 @@ def markdown_table(path: Path | None = None) -> str:
     """The profile table of docs/models-and-accelerators.md, from the data alone."""
     lines = [
         "| Profile | Device resource | Devices per node | Image (default) | KV connectors (default first) "
-        "| Host mounts | NIC env |",
-        "| --- | --- | --- | --- | --- | --- | --- |",
+        "| Host mounts | NIC env | CPU / memory (requests, limits) | Host network |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for name, p in all_profiles(path).items():
         nic = p.family["nic"]
@@ -168,8 +168,13 @@ def markdown_table(path: Path | None = None) -> str:
         env = ", ".join([*nic["addressEnv"], *nic["interfaceEnv"], *p.family["valuesEnv"]])
         resource = f"`{p.resource_name}`" if p.resource_name else "none"
         devices = str(p.devices_per_node) if p.devices_per_node else "no device"
+        host = p.row["hostResources"]
+        sizes = "; ".join(f"{host[kind]['cpu']} / {host[kind]['memory']}" for kind in ("requests", "limits"))
+        network = p.family["hostNetwork"]
+        on = "on" if network["default"] else "off"
+        host_network = f"{on} (required)" if network["required"] else f"{on} (`engine.hostNetwork`)"
         lines.append(
             f"| `{name}`: {p.row['description']} | {resource} | {devices} | `{p.image}` "
-            f"| {', '.join(p.connectors)} | {mounts} | {env} |"
+            f"| {', '.join(p.connectors)} | {mounts} | {env} | {sizes} per {host['per']} | {host_network} |"
         )
     return "\n".join(lines) + "\n"

@@ -39,6 +39,9 @@ K8S_FIELDS = {
     "engine.livenessProbe": "mooncake-pd.SingleSuccessProbeTimings",
     "engine.podSecurityContext": "io.k8s.api.core.v1.PodSecurityContext",
     "engine.securityContext": "io.k8s.api.core.v1.SecurityContext",
+    "engine.extraVolumes[]": "io.k8s.api.core.v1.Volume",
+    "engine.extraVolumeMounts[]": "io.k8s.api.core.v1.VolumeMount",
+    "engine.extraContainers[]": "io.k8s.api.core.v1.Container",
     "networkTopology": "kthena.NetworkTopology",
     "networkPolicy.extraIngress[]": "io.k8s.api.networking.v1.NetworkPolicyPeer",
     "networkPolicy.proxyFrom[]": "io.k8s.api.networking.v1.NetworkPolicyPeer",
@@ -49,9 +52,11 @@ K8S_FIELDS = {
     "proxy.securityContext": "io.k8s.api.core.v1.SecurityContext",
     "proxy.tolerations[]": "io.k8s.api.core.v1.Toleration",
     "proxy.affinity": "io.k8s.api.core.v1.Affinity",
+    "proxy.topologySpreadConstraints[]": "io.k8s.api.core.v1.TopologySpreadConstraint",
     "test.resources": "io.k8s.api.core.v1.ResourceRequirements",
     "test.podSecurityContext": "io.k8s.api.core.v1.PodSecurityContext",
     "test.securityContext": "io.k8s.api.core.v1.SecurityContext",
+    "test.tolerations[]": "io.k8s.api.core.v1.Toleration",
     "benchmark.resources": "io.k8s.api.core.v1.ResourceRequirements",
     "benchmark.podSecurityContext": "io.k8s.api.core.v1.PodSecurityContext",
     "benchmark.securityContext": "io.k8s.api.core.v1.SecurityContext",
@@ -65,6 +70,7 @@ K8S_FIELDS = {
             ("readinessProbe", "mooncake-pd.ProbeTimings"),
             ("tolerations[]", "io.k8s.api.core.v1.Toleration"),
             ("affinity", "io.k8s.api.core.v1.Affinity"),
+            ("topologySpreadConstraints[]", "io.k8s.api.core.v1.TopologySpreadConstraint"),
         )
     },
 }
@@ -74,9 +80,17 @@ LABEL_MAPS = (
     "decode.nodeSelector",
     "proxy.nodeSelector",
     "benchmark.nodeSelector",
+    "test.nodeSelector",
     "metrics.podMonitor.labels",
     "metrics.dashboard.labels",
+    "commonLabels",
+    "podLabels",
+    "prefill.podLabels",
+    "decode.podLabels",
+    "proxy.podLabels",
 )
+# Maps of Kubernetes annotations: keys are label keys (qualified names), values any text.
+ANNOTATION_MAPS = ("podAnnotations", "prefill.podAnnotations", "decode.podAnnotations", "proxy.podAnnotations")
 # Keys whose null is documented: "off", or "leave it to vLLM / the default".
 NULLABLE = {
     "fullnameOverride",
@@ -94,6 +108,9 @@ NULLABLE = {
     "kvTransfer.bufferSize",
     "kvTransfer.loadFailurePolicy",
     "kvTransfer.enablePermuteLocalKv",
+    "engine.hostNetwork",
+    "proxy.podDisruptionBudget.maxUnavailable",
+    "proxy.podDisruptionBudget.minAvailable",
 }
 # Strings where a newline or tab is content, not a fault.
 MULTILINE = {"test.prompt"}
@@ -186,6 +203,9 @@ def _local_definitions() -> dict[str, Any]:
     probe["description"] = "Probe timings; the chart sets the handler (httpGet /health on the role's port)."
     single = copy.deepcopy(probe)
     single["description"] = "Liveness or startup probe timings: successThreshold must be 1 (or 0, the default)."
+    # core/validation validateReadinessProbe (v1.34.2): "must not be set for readinessProbes"
+    # (found when the suite began dry-running the ModelServing's pod templates as Pods).
+    probe["properties"].pop("terminationGracePeriodSeconds", None)
     return {
         "mooncake-pd.ProbeTimings": probe,
         "mooncake-pd.SingleSuccessProbeTimings": single,
@@ -386,6 +406,37 @@ def api_server_rules(wanted: dict[str, Any]) -> None:
     if toleration:
         # Empty with operator Exists matches every taint (core/validation validateTolerations).
         toleration["key"]["pattern"] = LABEL_KEY.replace("^(", "^$|^(", 1)
+    spread_constraint = wanted.get("io.k8s.api.core.v1.TopologySpreadConstraint")
+    if spread_constraint:
+        # core/validation validateTopologySpreadConstraints (v1.34.2): maxSkew and minDomains
+        # positive, minDomains only with DoNotSchedule, a qualified topologyKey, the two
+        # policies Honor or Ignore, and matchLabelKeys only beside a labelSelector. That no two
+        # constraints share {topologyKey, whenUnsatisfiable} is validate.scheduling's.
+        fields = spread_constraint["properties"]
+        fields["maxSkew"]["minimum"] = 1
+        fields["minDomains"]["minimum"] = 1
+        fields["topologyKey"]["pattern"] = LABEL_KEY
+        fields["whenUnsatisfiable"]["enum"] = ["DoNotSchedule", "ScheduleAnyway"]
+        for policy in ("nodeAffinityPolicy", "nodeTaintsPolicy"):
+            if policy in fields:
+                fields[policy]["enum"] = ["Honor", "Ignore"]
+        if "matchLabelKeys" in fields:
+            fields["matchLabelKeys"]["items"]["pattern"] = LABEL_KEY
+            spread_constraint["dependentRequired"] = {"matchLabelKeys": ["labelSelector"]}
+        spread_constraint["if"] = {"required": ["minDomains"]}
+        spread_constraint["then"] = {"properties": {"whenUnsatisfiable": {"const": "DoNotSchedule"}}}
+    # core/validation validatePreferredSchedulingTerms and validateWeightedPodAffinityTerms:
+    # "must be in the range 1-100" (found by the fuzz against the local cluster).
+    for name in ("io.k8s.api.core.v1.PreferredSchedulingTerm", "io.k8s.api.core.v1.WeightedPodAffinityTerm"):
+        weight = _properties(wanted, name).get("weight")
+        if weight:
+            weight["minimum"], weight["maximum"] = 1, 100
+    volume = wanted.get("io.k8s.api.core.v1.Volume")
+    if volume:
+        # core/validation validateVolumeSource: "must specify a volume type", "may not specify
+        # more than 1 volume type": a name and exactly one source.
+        volume["minProperties"] = 2
+        volume["maxProperties"] = 2
 
 
 def _operator_rule(operators: list[str], then: dict[str, Any]) -> dict[str, Any]:
@@ -438,6 +489,10 @@ def generate(schema: dict[str, Any]) -> dict[str, Any]:
         # patternProperties rather than propertyNames: helm 4 then names the map in its error.
         node.pop("propertyNames", None)
         node["patternProperties"] = {LABEL_KEY: {"type": "string", "pattern": LABEL_VALUE}}
+        node["additionalProperties"] = False
+    for path in ANNOTATION_MAPS:
+        node = _node(out, path)
+        node["patternProperties"] = {LABEL_KEY: {"type": "string"}}
         node["additionalProperties"] = False
 
     def no_control(node: dict[str, Any], path: str) -> None:

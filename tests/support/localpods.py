@@ -5,9 +5,11 @@ What stands in for what (and nothing else does):
 - an image's Python: a venv with that image's packages (IMAGE_PYTHONS): the vLLM-Ascend image is
   the e2e venv (vLLM 0.13.0, CPU build) plus an overlay with the `vllm-ascend==0.13.0` wheel
   and torch_npu 2.8.0.post2 (no CANN, no driver), so its entry points load as in the image;
-  vLLM's own images are the e2e venv alone;
-- files an image ships that no package does (IMAGE_FILES): the vLLM-Ascend example proxy,
-  vendored unchanged under tests/e2e/vendor/;
+  vLLM's own images are the e2e venv alone; the slim Python image of the helm-test pod is a
+  venv of the same Python 3.11 with no packages (.tools/python-slim);
+- files an image ships that no package does (IMAGE_FILES): the vLLM-Ascend example proxy, as
+  the chart vendors it unchanged (chart/files/vendor/vllm-ascend-v0.13.0/, which the ConfigMap
+  carries where the proxy's image lacks it);
 - cluster DNS: `<service>.<namespace>.svc[:port]` in args and env becomes 127.0.0.1 and the
   local port of the process behind the Service (Network); a pod's all-interfaces bind (0.0.0.0)
   becomes 127.0.0.1, so nothing listens beyond loopback;
@@ -49,7 +51,9 @@ from mooncake_pd.manifests import Manifest
 TESTS = Path(__file__).resolve().parents[1]
 E2E_VENV = paths.TOOLS_DIR / "e2e"
 ASCEND_OVERLAY = paths.TOOLS_DIR / "ascend-overlay"
-VENDORED_PROXY = TESTS / "e2e" / "vendor" / "vllm-ascend" / "load_balance_proxy_server_example.py"
+# The slim Python image (the helm-test pod's): Python 3.11 and its standard library, no packages.
+SLIM_PYTHON = paths.TOOLS_DIR / "python-slim"
+VENDORED_PROXY = paths.CHART / "files" / "vendor" / "vllm-ascend-v0.13.0" / "load_balance_proxy_server_example.py"
 SYSTEM_PATH = "/usr/local/bin:/usr/bin:/bin"
 
 
@@ -75,6 +79,7 @@ IMAGE_PYTHONS = {
     "quay.io/ascend/vllm-ascend": ImagePython(E2E_VENV, ASCEND_OVERLAY),
     "docker.io/vllm/vllm-openai": ImagePython(E2E_VENV),
     "public.ecr.aws/q9t5s3a7/vllm-cpu-release-repo": ImagePython(E2E_VENV),
+    "docker.io/library/python": ImagePython(SLIM_PYTHON),
 }
 # Files inside an image that no package ships: image repository prefix -> {path: local copy}.
 IMAGE_FILES = {
@@ -99,7 +104,7 @@ def staged_root() -> Path | None:
     at the staged Python. Hard links take about a second for the 66,000 files of the venv."""
     if traversable_by_others(paths.REPO.resolve()):
         return None
-    sources = [E2E_VENV, ASCEND_OVERLAY, VENDORED_PROXY.parent]
+    sources = [E2E_VENV, ASCEND_OVERLAY, SLIM_PYTHON, VENDORED_PROXY.parent]
     state = hashlib.sha256()
     for source in sources:
         for marker in (source / ".installed", source / "SOURCE.md", source):
@@ -135,7 +140,7 @@ def _staged(path: Path) -> Path:
     root = staged_root()
     if root is None:
         return path
-    for source in (E2E_VENV, ASCEND_OVERLAY, VENDORED_PROXY.parent):
+    for source in (E2E_VENV, ASCEND_OVERLAY, SLIM_PYTHON, VENDORED_PROXY.parent):
         if path == source or source in path.parents:
             return root / source.name / path.relative_to(source)
     return path

@@ -1,5 +1,5 @@
 """The PD proxy's command line, read as the proxy reads it: the options, types and checks of
-`parse_args` in vLLM-Ascend v0.13.0's example proxy (tests/e2e/vendor/vllm-ascend/
+`parse_args` in vLLM-Ascend v0.13.0's example proxy (chart/files/vendor/vllm-ascend-v0.13.0/
 load_balance_proxy_server_example.py; tests/test_proxyargs.py compares the two). Stricter in two
 ways, so that a test sees what the proxy would paper over: the four endpoint lists are required
 (the proxy's defaults, localhost:8001 and :8002, would hide a list the chart left out), and an

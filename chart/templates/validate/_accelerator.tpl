@@ -54,9 +54,9 @@ the kernel kills at start. */ -}}
 {{- $gib := get $settings $key }}
 {{- $kvBytes := mulf (float64 $gib) 1073741824.0 }}
 {{- range $role := list "prefill" "decode" }}
-{{- $limit := ((index $.Values $role).resources | default dict).limits | default dict }}
+{{- $limit := (include "mooncake-pd.resources.engine" (dict "root" $ "role" $role) | fromJson).limits }}
 {{- if and (hasKey $limit "memory") (le (float64 (include "mooncake-pd.util.quantity" $limit.memory)) $kvBytes) }}
-{{- $errors = append $errors (printf "%s.resources.limits.memory: %v is not above accelerator.%s.%s (%vGi), the KV cache the engine allocates on top of the weights; raise the limit or lower %s" $role $limit.memory $profile.family $key $gib $key) }}
+{{- $errors = append $errors (printf "%s.resources.limits.memory: %v%s is not above accelerator.%s.%s (%vGi), the KV cache the engine allocates on top of the weights; raise the limit or lower %s" $role $limit.memory (include "mooncake-pd.resources.origin" (dict "root" $ "role" $role "kind" "limits" "name" "memory")) $profile.family $key $gib $key) }}
 {{- end }}
 {{- end }}
 {{- end }}

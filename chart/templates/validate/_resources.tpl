@@ -7,7 +7,9 @@ but inside a ModelServing it would only show as Kthena's failed pod creation.
 */}}
 {{- define "mooncake-pd.validate.resources" -}}
 {{- $errors := list -}}
-{{- $resourceSets := dict "prefill.resources" .Values.prefill.resources "decode.resources" .Values.decode.resources "proxy.resources" .Values.proxy.resources "test.resources" .Values.test.resources "model.download.resources" .Values.model.download.resources "benchmark.resources" .Values.benchmark.resources }}
+{{- /* The engines' as rendered: the profile's CPU and memory where the role gives none. */ -}}
+{{- $engines := dict "prefill" (include "mooncake-pd.resources.engine" (dict "root" $ "role" "prefill") | fromJson) "decode" (include "mooncake-pd.resources.engine" (dict "root" $ "role" "decode") | fromJson) }}
+{{- $resourceSets := dict "prefill.resources" $engines.prefill "decode.resources" $engines.decode "proxy.resources" .Values.proxy.resources "test.resources" .Values.test.resources "model.download.resources" .Values.model.download.resources "benchmark.resources" .Values.benchmark.resources }}
 {{- range $key, $resources := $resourceSets }}
 {{- $limits := ($resources | default dict).limits | default dict }}
 {{- range $name, $request := ($resources | default dict).requests | default dict }}
@@ -19,7 +21,12 @@ but inside a ModelServing it would only show as Kthena's failed pod creation.
 {{- $errors = append $errors (printf "%s.requests.%s: %v differs from its limit %v; a device or hugepages cannot be overcommitted, so request what the limit says" $key $name $request (get $limits $name)) }}
 {{- end }}
 {{- else if and (hasKey $limits $name) (gt (float64 (include "mooncake-pd.util.quantity" $request)) (float64 (include "mooncake-pd.util.quantity" (get $limits $name)))) }}
-{{- $errors = append $errors (printf "%s.requests.%s: %v is above its limit %v; raise the limit or lower the request" $key $name $request (get $limits $name)) }}
+{{- $origin := "" }}
+{{- if hasKey $engines (trimSuffix ".resources" $key) }}
+{{- $role := trimSuffix ".resources" $key }}
+{{- $origin = printf "%s%s" (include "mooncake-pd.resources.origin" (dict "root" $ "role" $role "kind" "requests" "name" $name)) (include "mooncake-pd.resources.origin" (dict "root" $ "role" $role "kind" "limits" "name" $name)) }}
+{{- end }}
+{{- $errors = append $errors (printf "%s.requests.%s: %v is above its limit %v%s; raise the limit or lower the request" $key $name $request (get $limits $name) $origin) }}
 {{- end }}
 {{- end }}
 {{- end }}

@@ -7,7 +7,7 @@ keys, values, operators and effects themselves are typed in values.schema.json.
 */}}
 {{- define "mooncake-pd.validate.scheduling" -}}
 {{- $errors := list -}}
-{{- range $component := list "prefill" "decode" "proxy" "benchmark" }}
+{{- range $component := list "prefill" "decode" "proxy" "benchmark" "test" }}
 {{- range $i, $toleration := (index $.Values $component).tolerations | default list }}
 {{- $key := printf "%s.tolerations[%d]" $component $i }}
 {{- $operator := toString ($toleration.operator | default "Equal") }}

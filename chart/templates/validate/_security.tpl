@@ -32,10 +32,14 @@ namespace on the engines, which run on the host network. */ -}}
 {{- $errors = append $errors (printf "%s: %q is set twice, which the API server refuses; set each sysctl once" $key $name) }}
 {{- end }}
 {{- $_ := set $seen $name true }}
-{{- if and (eq $component "engine") (or (hasPrefix "net." $name) (hasPrefix "net/" $name)) }}
-{{- $errors = append $errors (printf "%s: %q is a network-namespace sysctl, which the API server refuses on the engines' host-network pods; set it on the nodes instead" $key $name) }}
+{{- if and (eq $component "engine") (or (hasPrefix "net." $name) (hasPrefix "net/" $name)) (include "mooncake-pd.security.hostNetwork" $) }}
+{{- $errors = append $errors (printf "%s: %q is a network-namespace sysctl, which the API server refuses on the engines' host-network pods (engine.hostNetwork); set it on the nodes instead" $key $name) }}
 {{- end }}
 {{- end }}
+{{- end }}
+{{- $hostNetwork := (include "mooncake-pd.profile" $ | fromJson).hostNetwork }}
+{{- if and (eq (toString $.Values.engine.hostNetwork) "false") $hostNetwork.required }}
+{{- $errors = append $errors (printf "engine.hostNetwork: false on accelerator.type %s, but %s; leave it null (on)" $.Values.accelerator.type $hostNetwork.required) }}
 {{- end }}
 {{- toJson $errors -}}
 {{- end }}

@@ -1,0 +1,86 @@
+"""Pod Security admission on the local cluster's API server (issue #27 item 8): in a namespace
+that enforces `baseline`, the cpu profile off the host network with its model downloaded into an
+emptyDir gets its engine pods (Kthena creates them, PodSecurity admits them); the guide's Ascend
+deployment (host network, hostPath mounts) installs without a word and gets none: Kthena's pod
+creations are refused, and the chart's NOTES name the level and the label the namespace needs.
+Where the refusal shows (measured with Kthena v1.0.0): only in the kthena-controller-manager log
+("violates PodSecurity"); it records no Event and leaves the ModelServing's status empty, which is
+what docs/troubleshooting.md's runbook tells the user."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from mooncake_pd import paths
+from support.kube.api import wait_for
+from support.kube.releases import Helm, pods_of
+
+pytestmark = pytest.mark.cluster
+RELEASE = paths.RELEASE
+CPU_DOWNLOAD = (
+    "model.storage.type=download",
+    "model.download.repo=Qwen/Qwen2.5-0.5B-Instruct",
+)
+
+
+def _namespace(api, name: str, level: str) -> None:
+    api.apply(
+        {
+            "apiVersion": "v1",
+            "kind": "Namespace",
+            "metadata": {"name": name, "labels": {"pod-security.kubernetes.io/enforce": level}},
+        }
+    )
+
+
+def test_the_cpu_profile_runs_under_pod_security_baseline(cluster, tmp_path: Path):
+    api = cluster.client()
+    namespace = "psa-baseline-cpu"
+    _namespace(api, namespace, "baseline")
+    runner = Helm(cluster, paths.DEFAULT_HELM_VERSION, tmp_path / "helm")
+    runner.install(RELEASE, namespace, paths.CHART / "ci" / "cpu-values.yaml", sets=CPU_DOWNLOAD)
+    try:
+
+        def both_roles() -> list[dict] | None:
+            pods = pods_of(api, namespace, RELEASE)
+            roles = {p["metadata"]["labels"]["app.kubernetes.io/component"] for p in pods}
+            return pods if roles == {"prefill", "decode"} else None
+
+        # Kthena creates prefill's pod, then decode's: both admitted.
+        pods = wait_for("the cpu engine pods of both roles", both_roles, 60)
+        for pod in pods:
+            assert not pod["spec"].get("hostNetwork")
+    finally:
+        runner.uninstall(RELEASE, namespace)
+
+
+def test_the_guides_deployment_is_refused_pods_under_baseline_and_says_why(cluster, tmp_path: Path):
+    api = cluster.client()
+    namespace = "psa-baseline-ascend"
+    _namespace(api, namespace, "baseline")
+    runner = Helm(cluster, paths.DEFAULT_HELM_VERSION, tmp_path / "helm")
+    # helm succeeds: the ModelServing itself is admitted, its pods are not.
+    notes = runner.run("install", RELEASE, str(paths.CHART), "-n", namespace).stdout
+    try:
+        assert "need the namespace's level privileged" in notes
+        assert f"kubectl label namespace {namespace} pod-security.kubernetes.io/enforce=privileged" in notes
+
+        log = cluster.log("kthena-controller-manager")
+
+        def refused() -> list[str] | None:
+            lines = [line for line in log.read_text(errors="replace").splitlines() if f'"{namespace}/' in line]
+            return [line for line in lines if "violates PodSecurity" in line] or None
+
+        lines = wait_for("Kthena's log of the refused pod creation", refused, 60)
+        assert "baseline:latest" in lines[-1], lines[-1]
+        assert "host namespaces (hostNetwork=true), hostPath volumes" in lines[-1], lines[-1]
+        assert pods_of(api, namespace, RELEASE) == []
+        events = [e.get("message", "") for e in api.list("v1", "Event", namespace)]
+        assert not any("PodSecurity" in m for m in events), events  # Kthena v1.0.0 records none
+        # The fix NOTES give: with the label, Kthena's next attempts create the pods.
+        _namespace(api, namespace, "privileged")
+        wait_for("the engine pods once the namespace allows them", lambda: pods_of(api, namespace, RELEASE) or None, 90)
+    finally:
+        runner.uninstall(RELEASE, namespace)
