@@ -85,7 +85,7 @@ test: tools ## Run the whole test suite: unit, render and conformance tests (hel
 	$(PY) -m pytest -m cluster
 	$(PY) -m pytest -m e2e
 
-unit: $(TEST_STAMP) $(CHECKOV_STAMP) $(E2E_STAMP) helm ## Everything but the cluster tests and the e2e.
+unit: $(TEST_STAMP) $(CHECKOV_STAMP) $(E2E_STAMP) helm cluster-tools ## Everything but the cluster tests and the e2e (promtool comes with the cluster tools).
 	$(PY) -m pytest -m "not e2e and not cluster" $(PYTEST_PARALLEL)
 
 test-time: $(TEST_STAMP) $(CHECKOV_STAMP) $(E2E_STAMP) helm ## Measure the non-e2e tests' wall time here and where it goes (RUNS=3, BUDGET=150 s): out/test-time/.
@@ -93,7 +93,7 @@ test-time: $(TEST_STAMP) $(CHECKOV_STAMP) $(E2E_STAMP) helm ## Measure the non-e
 
 e2e-venv: $(E2E_STAMP) ## Install the e2e venv and the vLLM-Ascend overlay (scripts/install-e2e.sh).
 
-e2e: $(TEST_STAMP) $(E2E_STAMP) helm ## Real vLLM CPU engines started by the chart's scripts exchange the KV cache over NIXL, 1P1D then 2P1D (logs: out/e2e/, out/e2e-2p1d/).
+e2e: $(TEST_STAMP) $(E2E_STAMP) helm cluster-tools ## Real vLLM CPU engines started by the chart's scripts exchange the KV cache over NIXL, 1P1D then 2P1D (logs: out/e2e/, out/e2e-2p1d/).
 	$(PY) -m pytest -m e2e
 
 e2e-2p1d: $(TEST_STAMP) $(E2E_STAMP) helm ## Only the e2e's 2P1D run: two prefill engines and one decode at their own loopback addresses.

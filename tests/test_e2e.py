@@ -5,8 +5,10 @@ tests/e2e/values.yaml) for a tiny random Qwen2 model the test makes, and its obj
 processes on 127.0.0.1 (tests/support/localpods.py): the rendered prefill and decode start
 scripts with the env their pods get (Kthena's and the chart's), preflight included, until their
 rendered readiness probes pass; the rendered proxy command (the vLLM-Ascend v0.13.0 example
-proxy, vendored unchanged) in the vLLM-Ascend image's Python; the `helm test` pod; the benchmark
-Job; `mooncake-pd verify`'s collection and judgement. vLLM 0.13.0's CPU build and NIXL 0.8.0 move the
+proxy, vendored unchanged, from the scripts ConfigMap) in vLLM's CPU image's Python; the `helm
+test` pod in the slim Python image's; the benchmark Job; `mooncake-pd verify`'s collection and
+judgement. Throughout, the engines' /metrics are recorded once a second (tests/support/series.py)
+with the run's phases marked, for the alert tests: out/e2e/series.json. vLLM 0.13.0's CPU build and NIXL 0.8.0 move the
 KV cache; nothing on the data path is a stub.
 
 The proof: greedy output through the PD pair equals one plain engine's (decode's own flags
@@ -23,6 +25,7 @@ are measured and written to out/e2e/summary.json (README, "End-to-end run"), not
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import time
@@ -32,7 +35,7 @@ from typing import Any
 
 import pytest
 
-from mooncake_pd import bench, engines, manifests, paths, verify
+from mooncake_pd import bench, engines, manifests, paths, profiles, verify
 from support.localpods import (
     E2E_VENV,
     ENGINE_NICE,
@@ -57,10 +60,22 @@ from support.pdcheck import (
     metrics_url,
     render,
 )
+from support.series import Recorder
 
 pytestmark = pytest.mark.e2e
 
 OUT = paths.REPO / "out" / "e2e"
+# The families the chart's alert rules read, recorded per phase for tests/test_alerts.py: those
+# chart/templates/_metrics.tpl names and the connectors' transfer counters (profiles.yaml).
+ALERT_FAMILIES = frozenset(
+    set(re.findall(r"vllm:[a-z0-9_]+", (paths.CHART / "templates" / "_metrics.tpl").read_text()))
+    | {
+        name
+        for engine in profiles.load()["engines"].values()
+        for connector in engine["connectors"].values()
+        for name in (connector["transferMetrics"] or {}).values()
+    }
+)
 # What tells users which metrics to read: the dashboard, the chart's values and metric list, the
 # operations and autoscaling guides (not the research notes, which quote upstream's old names).
 METRIC_USERS = (
@@ -68,11 +83,16 @@ METRIC_USERS = (
     paths.CHART / "values.yaml",
     paths.CHART / "values.schema.json",
     paths.CHART / "files" / "vllm" / "metrics-0.13.0.txt",
+    paths.CHART / "templates" / "_metrics.tpl",
     paths.REPO / "README.md",
     paths.REPO / "docs" / "operations.md",
     paths.REPO / "docs" / "autoscaling.md",
 )
 PLAIN_PORT = 7199
+RECORDING_SOURCE = (
+    "tests/test_e2e.py (make e2e): vLLM 0.13.0's CPU build with NixlConnector (NIXL 0.8.0), the chart's cpu "
+    "profile (values/qwen2.5-0.5b-instruct-cpu-1p1d.yaml), a tiny random Qwen2 model, on 2 cores"
+)
 
 
 @dataclass
@@ -183,7 +203,7 @@ def _run(result: Run, run: LocalRun) -> None:
     processes.stop(plain)
     result.timings["plain_total"] = time.monotonic() - clock
 
-    # 2. The PD pair, started by the chart's scripts, and the proxy in the vLLM-Ascend image's Python.
+    # 2. The PD pair, started by the chart's scripts, and the proxy in vLLM's CPU image's Python.
     clock = time.monotonic()
     engine_procs, pods = {}, []
     for name in ("prefill", "decode"):
@@ -198,14 +218,28 @@ def _run(result: Run, run: LocalRun) -> None:
     proxy = processes.run(proxy_container, "proxy")
     wait_ready(proxy, proxy_container.probe_url, 120)
     proxy_url = "http://127.0.0.1:8080"
-    decode_metrics, prefill_metrics = (metrics_url(roles[name]) for name in ("decode", "prefill"))
+    targets = {name: (engine_procs[name][2].name, metrics_url(roles[name])) for name in ("prefill", "decode")}
+    recorder = Recorder(targets, ALERT_FAMILIES).start()
+    try:
+        _pd_phases(result, run, objects, roles, network, engine_procs, pods, proxy_url, recorder, clock)
+    finally:
+        recorder.close()
+        recorder.dump(OUT / "series.json", source=RECORDING_SOURCE)
 
-    for mode in ("sequential", "concurrent"):
-        before = get_text(decode_metrics)
-        result.outputs[mode], result.prompt_tokens[mode] = completions(proxy_url, concurrent=mode == "concurrent")
-        result.problems[mode] = judge(
-            result.reference, result.outputs[mode], before, get_text(decode_metrics), result.prompt_tokens[mode]
-        )
+
+def _pd_phases(result, run, objects, roles, network, engine_procs, pods, proxy_url, recorder, clock) -> None:
+    """Steps 2 to 6 on the running PD pair, each recorded as a phase where the alerts judge it."""
+    processes, base = run.processes, run.base
+    models, work = base / "models", base / "pods"
+    decode_metrics, prefill_metrics = (metrics_url(roles[name]) for name in ("decode", "prefill"))
+    with recorder.phase("healthy", settle=3):
+        for _ in range(3):  # long enough for the alerts' windows (tests/test_alerts.py)
+            for mode in ("sequential", "concurrent"):
+                before = get_text(decode_metrics)
+                outputs, tokens = completions(proxy_url, concurrent=mode == "concurrent")
+                problems = judge(result.reference, outputs, before, get_text(decode_metrics), tokens)
+                if mode not in result.outputs or problems:
+                    result.outputs[mode], result.prompt_tokens[mode], result.problems[mode] = outputs, tokens, problems
 
     result.timings["pd_requests"] = time.monotonic() - clock - result.timings["pd_ready"]
 
@@ -242,14 +276,16 @@ def _run(result: Run, run: LocalRun) -> None:
     result.timings["bench_pd"] = time.monotonic() - clock
 
     # 4. Negative control: prefill computes the KV cache with other weights (same shapes, same
-    # path, so the NIXL handshake passes); decode keeps its own weights in memory.
+    # path, so the NIXL handshake passes); decode keeps its own weights in memory. While prefill
+    # is down and loading, its /metrics do not answer: the recording's prefill-down phase.
     clock = time.monotonic()
     prefill_proc, prefill_container, prefill_pod = engine_procs["prefill"]
-    processes.stop(prefill_proc)
-    weights = models / "tiny" / "model.safetensors"
-    shutil.copy(base / "other-weights" / "model.safetensors", weights)
-    prefill_proc = processes.run(prefill_container, prefill_pod.name + "-other-weights", ENGINE_NICE)
-    wait_ready(prefill_proc, prefill_container.probe_url, READY_TIMEOUT)
+    with recorder.phase("prefill-down"):
+        processes.stop(prefill_proc)
+        weights = models / "tiny" / "model.safetensors"
+        shutil.copy(base / "other-weights" / "model.safetensors", weights)
+        prefill_proc = processes.run(prefill_container, prefill_pod.name + "-other-weights", ENGINE_NICE)
+        wait_ready(prefill_proc, prefill_container.probe_url, READY_TIMEOUT)
     before = get_text(decode_metrics)
     outputs, tokens = completions(proxy_url, concurrent=False)
     result.negative = judge(result.reference, outputs, before, get_text(decode_metrics), tokens)
@@ -257,6 +293,25 @@ def _run(result: Run, run: LocalRun) -> None:
     result.timings["negative_control"] = time.monotonic() - clock
 
     # 5. Decode pointed at a side channel where nothing listens: the transfer breaks.
+    with recorder.phase("side-channel-broken", settle=8):
+        _broken_side_channel(result, decode_metrics)
+
+    # 6. Requests sent to decode alone (a router that skips prefill): decode computes every
+    # prompt, answers right, and nothing but its metrics shows it: the silent degradation.
+    with recorder.phase("decode-only", settle=3):
+        deadline = time.monotonic() + 15
+        for _ in range(60):
+            if time.monotonic() > deadline:
+                break
+            for prompt in PROMPTS:
+                post_json(
+                    "http://127.0.0.1:7101/v1/completions",
+                    {"model": "tiny", "prompt": prompt, "max_tokens": MAX_TOKENS, "temperature": 0},
+                    timeout=120,
+                )
+
+
+def _broken_side_channel(result: Run, decode_metrics: str) -> None:
     before = get_text(decode_metrics)
     try:
         first = post_json(
@@ -383,3 +438,12 @@ def test_metric_names_the_chart_uses_exist_in_real_engines(e2e: Run):
     used |= {verify.EXTERNAL_HITS, verify.NIXL_TRANSFERS, verify.NIXL_FAILED}
     missing = sorted(n for n in used if n not in exported and n not in families)
     assert missing == [], f"not exported by vLLM 0.13 engines: {missing}"
+
+
+def test_the_alert_rules_judge_this_runs_recording(e2e: Run, tmp_path: Path):
+    """The chart's alerts under the real promtool on the series this run's engines exported
+    (out/e2e/series.json): silent while healthy, firing for decode alone and prefill down
+    (tests/test_alerts.py says how; its fixture is such a recording)."""
+    from test_alerts import judge_recording
+
+    judge_recording(json.loads((OUT / "series.json").read_text()), tmp_path)

@@ -82,6 +82,7 @@ LABEL_MAPS = (
     "benchmark.nodeSelector",
     "test.nodeSelector",
     "metrics.podMonitor.labels",
+    "metrics.prometheusRule.labels",
     "metrics.dashboard.labels",
     "commonLabels",
     "podLabels",

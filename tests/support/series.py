@@ -1,0 +1,166 @@
+"""Series recorded from the real engines, for `promtool test rules` (tests/test_alerts.py).
+
+Recorder scrapes each engine's /metrics every `interval` seconds in a thread, as Prometheus
+would: a sample holds the families the chart's alerts read, with their labels, plus `up` (1 when
+the scrape answered, 0 when it did not: what Prometheus itself writes). The e2e run marks its
+phases (a healthy PD run, traffic sent to decode alone, a broken side channel, prefill stopped), so
+each phase's samples become one promtool test: the series as the engines exported them, with the
+labels the chart's PodMonitor adds (namespace, modelserving, role, pod). The recording is written
+to out/e2e/series.json; `python -m support.series` turns one into the fixture
+tests/fixtures/alerts/series.json, which the alert tests read.
+
+Time is the one thing changed: samples taken `interval` seconds apart become promtool samples
+`step` apart (the alert tests render the rules with a window and `for` in that step's scale), so
+that a phase of half a minute exercises windows meant for minutes. Counters keep their values, so
+every ratio and every zero an alert compares is the engines' own.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import re
+import threading
+import time
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+# A sample line of the Prometheus text format: name, labels, value.
+SAMPLE = re.compile(r"^(?P<name>[a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(?P<labels>[^}]*)\})?\s+(?P<value>\S+)")
+LABEL = re.compile(r'(?P<key>[a-zA-Z_][a-zA-Z0-9_]*)="(?P<value>(?:[^"\\]|\\.)*)"')
+# The labels the chart's PodMonitor puts on every series (chart/templates/_metrics.tpl relabelings,
+# and the Prometheus Operator's namespace), for release deepseek-pd in namespace default.
+TARGET_LABELS = {"namespace": "default", "modelserving": "deepseek-pd"}
+FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "alerts" / "series.json"
+
+
+def parse(text: str, keep: frozenset[str]) -> dict[str, float]:
+    """{series (name{labels}, labels sorted): value} of the families in `keep`."""
+    out: dict[str, float] = {}
+    for line in text.splitlines():
+        m = SAMPLE.match(line)
+        if not m or m["name"] not in keep:
+            continue
+        labels = sorted((lm["key"], lm["value"]) for lm in LABEL.finditer(m["labels"] or ""))
+        key = m["name"] + "{" + ",".join(f'{k}="{v}"' for k, v in labels) + "}"
+        out[key] = out.get(key, 0.0) + float(m["value"])
+    return out
+
+
+@dataclass
+class Recorder:
+    """Scrape `targets` ({role: (pod, url)}) every `interval` s until close(); at most `limit` rounds."""
+
+    targets: dict[str, tuple[str, str]]
+    keep: frozenset[str]
+    interval: float = 1.0
+    limit: int = 2000
+    samples: list[dict[str, Any]] = field(default_factory=list)
+    phases: dict[str, list[int]] = field(default_factory=dict)
+    _stop: threading.Event = field(default_factory=threading.Event)
+    _thread: threading.Thread | None = None
+
+    def start(self) -> Recorder:
+        self._thread = threading.Thread(target=self._loop, name="series-recorder", daemon=True)
+        self._thread.start()
+        return self
+
+    def _scrape(self, url: str) -> str | None:
+        try:
+            with urllib.request.urlopen(url, timeout=max(self.interval, 2.0)) as answer:
+                return answer.read().decode()
+        except OSError:
+            return None
+
+    def _loop(self) -> None:
+        for _ in range(self.limit):
+            if self._stop.is_set():
+                return
+            began = time.monotonic()
+            round_: dict[str, Any] = {"t": time.time(), "targets": {}}
+            for role, (pod, url) in self.targets.items():
+                text = self._scrape(url)
+                series = parse(text, self.keep) if text is not None else {}
+                round_["targets"][role] = {"pod": pod, "up": 0 if text is None else 1, "series": series}
+            self.samples.append(round_)
+            self._stop.wait(max(0.0, self.interval - (time.monotonic() - began)))
+
+    @contextlib.contextmanager
+    def phase(self, name: str, settle: float = 0.0) -> Iterator[None]:
+        """The samples taken while the block runs (and `settle` s after it) are phase `name`."""
+        start = len(self.samples)
+        try:
+            yield
+        finally:
+            time.sleep(settle)
+            self.phases[name] = [start, len(self.samples)]
+
+    def close(self) -> None:
+        self._stop.set()
+        if self._thread:
+            self._thread.join(timeout=10 + self.interval)
+
+    def dump(self, path: Path, source: str = "") -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        recorded = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.samples[0]["t"])) if self.samples else ""
+        data = {
+            "source": source,
+            "recorded": recorded,
+            "interval": self.interval,
+            "phases": self.phases,
+            "samples": self.samples,
+        }
+        path.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
+
+
+def input_series(recording: dict[str, Any], phase: str, step: str) -> list[dict[str, str]]:
+    """promtool's input_series for one phase: each series with the PodMonitor's labels, its values
+    sample by sample (`_` where a scrape failed: a gap, as in Prometheus), and `up`."""
+    start, end = recording["phases"][phase]
+    rounds = recording["samples"][start:end]
+    names: dict[str, dict[str, str]] = {}
+    for round_ in rounds:
+        for role, target in round_["targets"].items():
+            for key in target["series"]:
+                names.setdefault(f"{role}\t{key}", {"role": role, "pod": target["pod"]})
+            names.setdefault(f"{role}\tup{{}}", {"role": role, "pod": target["pod"]})
+    out = []
+    for ident, extra in sorted(names.items()):
+        role, key = ident.split("\t")
+        name, _, labels = key.partition("{")
+        labels = labels.rstrip("}")
+        values = []
+        for round_ in rounds:
+            target = round_["targets"].get(role)
+            if name == "up":
+                values.append(str(target["up"]) if target else "_")
+            elif target and key in target["series"]:
+                values.append(repr(target["series"][key]))
+            else:
+                values.append("_")
+        target_labels = ",".join(f'{k}="{v}"' for k, v in {**TARGET_LABELS, **extra}.items())
+        series = f"{name}{{{target_labels}{',' if labels else ''}{labels}}}"
+        out.append({"series": series, "values": " ".join(values)})
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Copy a recording (default out/e2e/series.json) to the alert tests' fixture."""
+    import argparse
+
+    parser = argparse.ArgumentParser(description=main.__doc__)
+    parser.add_argument("recording", nargs="?", type=Path, default=Path("out/e2e/series.json"))
+    parser.add_argument("--to", type=Path, default=FIXTURE)
+    args = parser.parse_args(argv)
+    data = json.loads(args.recording.read_text())
+    args.to.parent.mkdir(parents=True, exist_ok=True)
+    args.to.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
+    print(f"wrote {args.to} ({len(data['samples'])} samples, phases {', '.join(data['phases'])}; {data.get('source')})")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
