@@ -211,3 +211,10 @@ def test_notes_show_the_replicas_the_autoscaler_owns():
     scaled = _notes("-f", str(preset))
     lines = [line.strip() for line in scaled.splitlines() if "replica(s)" in line]
     assert len(lines) == 2 and all(re.search(r"x \d+-\d+ replica\(s\) \(autoscaled\)", line) for line in lines), lines
+
+
+def test_notes_say_how_to_install_the_cli_of_this_chart_version():
+    """Issue #27 item 12: where a user looks after `helm install`, the CLI's pip install, pinned to
+    the chart's version (the release workflow publishes both at one version)."""
+    version = yaml.safe_load((paths.CHART / "Chart.yaml").read_text())["version"]
+    assert f"pip install mooncake-pd-tools=={version}" in _notes()
