@@ -30,5 +30,24 @@ but inside a ModelServing it would only show as Kthena's failed pod creation.
 {{- end }}
 {{- end }}
 {{- end }}
+{{- /* Hugepages (ValidateResourceRequirements -> validateResourceQuantityHugePageValue, via
+helper.IsHugePageResourceValueDivisible): the name's page size a positive whole quantity, and the
+amount a whole multiple of it (found by the fuzz against the local cluster: hugepages-0). */ -}}
+{{- range $key, $resources := $resourceSets }}
+{{- range $kind := list "requests" "limits" }}
+{{- range $name, $quantity := get ($resources | default dict) $kind | default dict }}
+{{- if hasPrefix "hugepages-" $name }}
+{{- $size := trimPrefix "hugepages-" $name }}
+{{- $sizeBytes := 0.0 }}
+{{- if regexMatch "^\\+?([0-9]+(\\.[0-9]*)?|\\.[0-9]+)([KMGTPE]i|[kMGTPE]|[eE][+-]?[0-9]+)?$" $size }}{{ $sizeBytes = float64 (include "mooncake-pd.util.quantity" $size) }}{{ end }}
+{{- if or (le $sizeBytes 0.0) (ne $sizeBytes (floor $sizeBytes)) }}
+{{- $errors = append $errors (printf "%s.%s.%s: the page size %q is not a positive whole quantity, which the API server refuses; name hugepages by their size, e.g. hugepages-2Mi or hugepages-1Gi" $key $kind $name $size) }}
+{{- else if ne (mod (int64 (ceil (float64 (include "mooncake-pd.util.quantity" $quantity)))) (int64 $sizeBytes)) 0 }}
+{{- $errors = append $errors (printf "%s.%s.%s: %v is not a whole multiple of the %s page size, which the API server refuses; give a multiple (e.g. %s)" $key $kind $name $quantity $size $size) }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- end }}
 {{- toJson $errors -}}
 {{- end }}
