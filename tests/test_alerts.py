@@ -144,16 +144,14 @@ def verdicts(recording: dict[str, Any], groups: list[dict[str, Any]]) -> dict[st
 
 
 def _tests(recording: dict[str, Any], groups) -> list[tuple[str, list[dict[str, Any]], list[dict[str, Any]]]]:
-    return [
-        (phase, input_series(recording, phase, "1m"), cases) for phase, cases in verdicts(recording, groups).items()
-    ]
+    return [(phase, input_series(recording, phase), cases) for phase, cases in verdicts(recording, groups).items()]
 
 
 @pytest.mark.parametrize("phase", ["healthy", "decode-only", "side-channel-broken", "prefill-down"])
 def test_recorded_real_series_fire_exactly_their_alerts(tmp_path: Path, phase: str):
     recording = json.loads(FIXTURE.read_text())
     groups = rule_groups(SCALED)
-    series = input_series(recording, phase, "1m")
+    series = input_series(recording, phase)
     cases = verdicts(recording, groups)[phase]
     run_promtool(tmp_path, groups, [{"interval": "1m", "input_series": series, "alert_rule_test": cases}])
 

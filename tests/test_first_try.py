@@ -96,8 +96,26 @@ def test_host_network_follows_the_profile(render: Renderer):
             "privileged",
             "the capability NET_ADMIN (engine.securityContext)",
         ),
+        (
+            ("cpu-values.yaml",),
+            {
+                "model": {"storage": {"type": "pvc", "claimName": "models"}},
+                "engine": {"extraVolumes": [{"name": "cache", "hostPath": {"path": "/var/cache/vllm"}}]},
+            },
+            "privileged",
+            "the hostPath volume cache (engine.extraVolumes)",
+        ),
+        (
+            ("cpu-values.yaml",),
+            {
+                "model": {"storage": {"type": "pvc", "claimName": "models"}},
+                "engine": {"podSecurityContext": {"sysctls": [{"name": "net.core.somaxconn", "value": "1024"}]}},
+            },
+            "privileged",
+            "the sysctl net.core.somaxconn (engine.podSecurityContext)",
+        ),
     ],
-    ids=["ascend", "cpu-hostpath-model", "cpu-pvc", "cpu-net-admin"],
+    ids=["ascend", "cpu-hostpath-model", "cpu-pvc", "cpu-net-admin", "cpu-hostpath-volume", "cpu-unsafe-sysctl"],
 )
 def test_notes_name_the_pod_security_level_the_engines_need(files, overrides, level, because):
     """NOTES as `helm install` prints them (helm 4's client-side dry run needs no cluster)."""
@@ -160,3 +178,14 @@ def test_the_helm_test_pod_runs_a_slim_python_image(defaults):
     assert defaults.one("Pod")["spec"]["containers"][0]["image"] == "docker.io/library/python:3.11-slim"
     imports = (paths.CHART / "files" / "chat_check.py").read_text()
     assert "import urllib.request" in imports and "requests" not in imports.split('"""', 2)[2]
+
+
+def test_network_sysctls_are_refused_only_on_the_host_network(render: Renderer):
+    """The API server refuses a net.* sysctl on a host-network pod; off the host network (the cpu
+    profile) the pod has a network namespace of its own, and it is admitted."""
+    sysctl = {"engine": {"podSecurityContext": {"sysctls": [{"name": "net.ipv4.tcp_syncookies", "value": "1"}]}}}
+    cpu = (paths.CHART / "ci" / "cpu-values.yaml",)
+    pod = render(cpu, sysctl).role("prefill")["entryTemplate"]["spec"]
+    assert pod["securityContext"]["sysctls"] == [{"name": "net.ipv4.tcp_syncookies", "value": "1"}]
+    refused = render.error(cpu, {**sysctl, "engine": {**sysctl["engine"], "hostNetwork": True}})
+    assert "is a network-namespace sysctl, which the API server refuses on the engines' host-network pods" in refused

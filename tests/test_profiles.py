@@ -207,3 +207,21 @@ def test_templates_do_not_branch_on_a_family_or_connector_name():
         for m in pattern.finditer(path.read_text())
     ]
     assert offending == []
+
+
+def test_host_resources_in_a_form_the_chart_cannot_scale_are_refused(render: Renderer, tmp_path: Path):
+    """hostResources are multiplied at render: whole cores or millicores, MiB/GiB/TiB, per device or
+    pod; another form is refused naming the row's field, not scaled wrong."""
+
+    def break_rows(table: dict[str, Any]) -> None:
+        table["accelerators"]["nvidia"]["hostResources"]["requests"]["cpu"] = "2.5"
+        table["accelerators"]["cpu"]["hostResources"]["limits"]["memory"] = "16G"
+        table["accelerators"]["ascend-a2"]["hostResources"]["per"] = "node"
+
+    chart = chart_with(tmp_path, break_rows)
+    with pytest.raises(helm.HelmError) as refused:
+        helm.template(render.binary, chart=chart)
+    message = str(refused.value)
+    assert 'accelerators.nvidia.hostResources.requests.cpu: "2.5"; write whole cores' in message
+    assert 'accelerators.cpu.hostResources.limits.memory: "16G"; write MiB, GiB or TiB' in message
+    assert 'accelerators.ascend-a2.hostResources.per: "node"; use device' in message

@@ -8,7 +8,7 @@ app.kubernetes.io/name: {{ .Chart.Name }}
 app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end }}
 
-{{/* Every object's labels: commonLabels first, then the chart's (validate.names refuses a
+{{/* Every object's labels: commonLabels first, then the chart's (validate.pods refuses a
 commonLabels key the chart sets). */}}
 {{- define "mooncake-pd.labels.standard" -}}
 {{- with .Values.commonLabels -}}

@@ -1,9 +1,19 @@
 {{/*
 The pod template of a role's entry pod (.worker false) or worker pods (.worker true): the
 engine container with its env, ports, probes, devices and mounts, on the profile's host files.
-Context: (dict "root" $ "role" "prefill" "worker" false).
+Context: (dict "root" $ "role" "prefill" "worker" false). Rendered once per render and kept on
+the root context (as the profile table is): the ModelServing and the validate.pods rules read
+the same text.
 */}}
 {{- define "mooncake-pd.podtemplate.engine" -}}
+{{- $key := printf "mooncakePdPodTemplate-%s-%t" .role .worker -}}
+{{- if not (hasKey .root $key) -}}
+{{- $_ := set .root $key (include "mooncake-pd.podtemplate.render" .) -}}
+{{- end -}}
+{{- get .root $key -}}
+{{- end }}
+
+{{- define "mooncake-pd.podtemplate.render" -}}
 {{- $root := .root -}}
 {{- $role := .role -}}
 {{- $v := index $root.Values $role -}}

@@ -118,9 +118,7 @@ does not know: the validate.accelerator rules refuse it). */}}
 @digest when image.digest is set. */}}
 {{- define "mooncake-pd.profile.image" -}}
 {{- $default := (include "mooncake-pd.profile" . | fromJson).image -}}
-{{- $image := printf "%s:%s" (default $default.repository .Values.image.repository) (default $default.tag .Values.image.tag) -}}
-{{- with .Values.image.digest }}{{ $image = printf "%s@%s" $image . }}{{ end -}}
-{{- $image -}}
+{{- include "mooncake-pd.util.image" (dict "repository" (default $default.repository .Values.image.repository) "tag" (default $default.tag .Values.image.tag) "digest" .Values.image.digest) -}}
 {{- end }}
 
 {{/* The proxy image: proxy.image, else the engine image where it carries the proxy script

@@ -20,17 +20,18 @@ class: the kubelet evicts and throttles these pods last).
 {{- mul (int (trimSuffix $unit $text)) (get $units $unit) -}}
 {{- end }}
 
-{{/* A profile quantity times `factor`, written as a person would: whole cores or millicores,
-GiB where whole, else MiB. (dict "name" $resource "quantity" $q "factor" $n): the CPU in cores
-and millicores, anything else (memory) in bytes. */}}
-{{- define "mooncake-pd.resources.scaled" -}}
-{{- if has .name (list "cpu") -}}
+{{/* A profile CPU quantity times `factor`, as a person writes it: whole cores, else
+millicores. (dict "quantity" $q "factor" $n) */}}
+{{- define "mooncake-pd.resources.cpu" -}}
 {{- $m := mul (int (include "mooncake-pd.resources.millicores" .quantity)) (int .factor) -}}
 {{- if eq (mod $m 1000) 0 }}{{ div $m 1000 }}{{ else }}{{ $m }}m{{ end -}}
-{{- else -}}
+{{- end }}
+
+{{/* A profile memory quantity times `factor`: GiB where whole, else MiB. (dict "quantity" $q
+"factor" $n) */}}
+{{- define "mooncake-pd.resources.memory" -}}
 {{- $mi := mul (int (include "mooncake-pd.resources.mebibytes" .quantity)) (int .factor) -}}
 {{- if eq (mod $mi 1024) 0 }}{{ div $mi 1024 }}Gi{{ else }}{{ $mi }}Mi{{ end -}}
-{{- end -}}
 {{- end }}
 
 {{/* What is wrong with the profile's hostResources row, as a JSON list (the profile table's
@@ -63,11 +64,10 @@ Context: (dict "root" $ "role" "prefill"). */}}
 {{- if eq $row.per "device" }}{{ $factor = int (include "mooncake-pd.parallelism.devicesPerPod" (index .root.Values .role)) }}{{ end -}}
 {{- $out := dict -}}
 {{- range $kind := list "requests" "limits" -}}
-{{- $set := dict -}}
-{{- range $name := list "cpu" "memory" -}}
-{{- $_ := set $set $name (include "mooncake-pd.resources.scaled" (dict "name" $name "quantity" (get (get $row $kind) $name) "factor" $factor)) -}}
-{{- end -}}
-{{- $_ := set $out $kind $set -}}
+{{- $given := get $row $kind -}}
+{{- $cpu := include "mooncake-pd.resources.cpu" (dict "quantity" $given.cpu "factor" $factor) -}}
+{{- $memory := include "mooncake-pd.resources.memory" (dict "quantity" $given.memory "factor" $factor) -}}
+{{- $_ := set $out $kind (dict "cpu" $cpu "memory" $memory) -}}
 {{- end -}}
 {{- toJson $out -}}
 {{- end }}

@@ -21,6 +21,13 @@ Generic helpers: quoting, scalars, maps and quantities. None reads .Values.
 {{- toJson $out -}}
 {{- end }}
 
+{{/* An image reference: repository:tag, with @digest when a digest is given.
+(dict "repository" $r "tag" $t "digest" $d) */}}
+{{- define "mooncake-pd.util.image" -}}
+{{- printf "%s:%s" .repository .tag -}}
+{{- with .digest }}@{{ . }}{{ end -}}
+{{- end }}
+
 {{/* A Kubernetes quantity ("350Gi", "500m", "1e3", 8) as a plain number (float, as text), for
 comparing requests with limits. The schema has checked the grammar. */}}
 {{- define "mooncake-pd.util.quantity" -}}

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -14,7 +13,7 @@ from typing import Any
 
 import yaml
 
-from mooncake_pd import chartfiles, paths, profiles
+from mooncake_pd import chartfiles, docs, paths, profiles
 from mooncake_pd import model as modelmod
 from mooncake_pd.errors import MooncakePdError
 
@@ -368,7 +367,7 @@ def generate(
 
 def check_interface(interface: str, chart: Path | None = None) -> None:
     """Raise GenerateError unless the chart's schema accepts `interface` as network.interface."""
-    schema = json.loads((paths.chart_dir(chart) / "values.schema.json").read_text())
+    schema = docs.load_schema(paths.chart_dir(chart))
     rule = schema["properties"]["network"]["properties"]["interface"]
     patterns = [rule["pattern"], *(p["pattern"] for p in rule.get("allOf", []) if "pattern" in p)]
     if not interface or not all(re.search(p, interface) for p in patterns):

@@ -412,7 +412,7 @@ def api_server_rules(wanted: dict[str, Any]) -> None:
         # core/validation validateTopologySpreadConstraints (v1.34.2): maxSkew and minDomains
         # positive, minDomains only with DoNotSchedule, a qualified topologyKey, the two
         # policies Honor or Ignore, and matchLabelKeys only beside a labelSelector. That no two
-        # constraints share {topologyKey, whenUnsatisfiable} is validate.scheduling's.
+        # constraints share {topologyKey, whenUnsatisfiable} is validate.pods'.
         fields = spread_constraint["properties"]
         fields["maxSkew"]["minimum"] = 1
         fields["minDomains"]["minimum"] = 1

@@ -10,7 +10,7 @@ to out/e2e/series.json; `python -m support.series` turns one into the fixture
 tests/fixtures/alerts/series.json, which the alert tests read.
 
 Time is the one thing changed: samples taken `interval` seconds apart become promtool samples
-`step` apart (the alert tests render the rules with a window and `for` in that step's scale), so
+the test's `interval` apart (the alert tests render the rules with a window and `for` in that scale), so
 that a phase of half a minute exercises windows meant for minutes. Counters keep their values, so
 every ratio and every zero an alert compares is the engines' own.
 """
@@ -22,14 +22,14 @@ import json
 import re
 import threading
 import time
-import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-# A sample line of the Prometheus text format: name, labels, value.
-SAMPLE = re.compile(r"^(?P<name>[a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(?P<labels>[^}]*)\})?\s+(?P<value>\S+)")
+from mooncake_pd.verify import METRIC_LINE
+from support.localpods import get_text
+
 LABEL = re.compile(r'(?P<key>[a-zA-Z_][a-zA-Z0-9_]*)="(?P<value>(?:[^"\\]|\\.)*)"')
 # The labels the chart's PodMonitor puts on every series (chart/templates/_metrics.tpl relabelings,
 # and the Prometheus Operator's namespace), for release deepseek-pd in namespace default.
@@ -41,10 +41,10 @@ def parse(text: str, keep: frozenset[str]) -> dict[str, float]:
     """{series (name{labels}, labels sorted): value} of the families in `keep`."""
     out: dict[str, float] = {}
     for line in text.splitlines():
-        m = SAMPLE.match(line)
+        m = METRIC_LINE.match(line)
         if not m or m["name"] not in keep:
             continue
-        labels = sorted((lm["key"], lm["value"]) for lm in LABEL.finditer(m["labels"] or ""))
+        labels = sorted((lm["key"], lm["value"]) for lm in LABEL.finditer((m[2] or "{}")[1:-1]))
         key = m["name"] + "{" + ",".join(f'{k}="{v}"' for k, v in labels) + "}"
         out[key] = out.get(key, 0.0) + float(m["value"])
     return out
@@ -69,9 +69,9 @@ class Recorder:
         return self
 
     def _scrape(self, url: str) -> str | None:
+        """The page, or None where the scrape fails (Prometheus writes up 0)."""
         try:
-            with urllib.request.urlopen(url, timeout=max(self.interval, 2.0)) as answer:
-                return answer.read().decode()
+            return get_text(url, timeout=max(self.interval, 2.0))
         except OSError:
             return None
 
@@ -116,7 +116,7 @@ class Recorder:
         path.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
 
 
-def input_series(recording: dict[str, Any], phase: str, step: str) -> list[dict[str, str]]:
+def input_series(recording: dict[str, Any], phase: str) -> list[dict[str, str]]:
     """promtool's input_series for one phase: each series with the PodMonitor's labels, its values
     sample by sample (`_` where a scrape failed: a gap, as in Prometheus), and `up`."""
     start, end = recording["phases"][phase]
