@@ -121,24 +121,31 @@ def test_engine_id_lands_in_connector_json(entry_runs, role: str):
     }
 
 
-if guide.SEED.exists():
-    # An extra check where the guide itself is beside the repository (../shared): its own
-    # scripts, run with a stub vllm, do what the table above says.
+@pytest.mark.parametrize("role", ROLES)
+def test_table_is_what_the_guides_scripts_do(role: str):
+    """The guide's own scripts (vendored, tests/fixtures/guide/), run with a stub vllm, do what
+    the table in tests/support/guide.py says."""
+    pod = engines.PodIdentity("deepseek-pd", 0, role, 0, ip=guide.POD_IP)
+    env = {
+        **{k: v for k, v in guide.POD_ENV_VALUES.items() if v is not None},
+        "ROLE": role,
+        "GROUP_NAME": pod.labels()["modelserving.volcano.sh/group-name"],
+        "ROLE_ID": pod.labels()["modelserving.volcano.sh/role-id"],
+        "POD_IP": guide.POD_IP,
+        "NODE_IP": guide.POD_IP,
+    }
+    run = scriptrun.run(guide.vendored_scripts()[role], env)
+    assert scriptrun.parse_serve_argv(run.argv, scriptrun.JSON_FLAGS) == guide.SERVE[role]
+    assert {k: v for k, v in run.env.items() if k not in env} == guide.EXPORTS[role]
 
-    @pytest.mark.parametrize("role", ROLES)
-    def test_table_is_what_the_guides_scripts_do(role: str):
-        pod = engines.PodIdentity("deepseek-pd", 0, role, 0, ip=guide.POD_IP)
-        env = {
-            **{k: v for k, v in guide.POD_ENV_VALUES.items() if v is not None},
-            "ROLE": role,
-            "GROUP_NAME": pod.labels()["modelserving.volcano.sh/group-name"],
-            "ROLE_ID": pod.labels()["modelserving.volcano.sh/role-id"],
-            "POD_IP": guide.POD_IP,
-            "NODE_IP": guide.POD_IP,
-        }
-        run = scriptrun.run(guide.scripts()[role], env)
-        assert scriptrun.parse_serve_argv(run.argv, scriptrun.JSON_FLAGS) == guide.SERVE[role]
-        assert {k: v for k, v in run.env.items() if k not in env} == guide.EXPORTS[role]
+
+if guide.SEED.exists():
+    # Only where the guide itself is beside the repository (../shared): collected there, absent
+    # (not skipped) on a lone clone, whose tests need nothing beside it.
+
+    def test_the_vendored_scripts_are_the_guides():
+        """The vendored copies still equal the guide's ConfigMap."""
+        assert guide.vendored_scripts() == guide.scripts()
 
 
 @pytest.mark.parametrize("role", ROLES)

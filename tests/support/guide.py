@@ -1,7 +1,8 @@
 """The vendor guide's deployment (the seed: "Deploying ModelServing Using Mooncake", Huawei Cloud
 CCE best practices, 2026-06-17) written down as data the tests own, so seed parity is checked on a
-fresh clone. Where the guide itself is beside the repository (../shared/seeds), a test also runs
-its own start scripts and checks that this table says what they do.
+fresh clone. The guide's own start scripts are vendored (tests/fixtures/guide/, SOURCE.md there);
+a test runs them and checks that this table says what they do, and where the guide itself is
+beside the repository (../shared/seeds), that the vendored copies still equal it.
 
 Values are as the guide's scripts and ModelServing give them, for a pod with POD_IP POD_IP,
 in serving group 0, role replica 0.
@@ -15,6 +16,7 @@ from pathlib import Path
 from mooncake_pd import paths
 
 SEED = paths.REPO.parent / "shared" / "seeds" / "000_43c801b797d86e0a.txt"
+VENDORED = paths.REPO / "tests" / "fixtures" / "guide"
 POD_IP = "192.168.0.25"
 IMAGE = "quay.io/ascend/vllm-ascend:v0.13.0-a3"
 MODEL = "/models/DeepSeek-R1-Distill-Qwen-1.5B"
@@ -170,6 +172,11 @@ SHM = "/dev/shm"
 # The proxy command line and the test request ("Configure the load balancing proxy").
 PROXY_PORT = 8080
 REQUEST = {"model": "ds_r1", "messages": [{"role": "user", "content": "Hello, how are you?"}], "max_tokens": 100}
+
+
+def vendored_scripts() -> dict[str, str]:
+    """The guide's prefill.sh and decode.sh as vendored in tests/fixtures/guide/."""
+    return {role: (VENDORED / f"{role}.sh").read_text() for role in ("prefill", "decode")}
 
 
 def scripts(seed: Path = SEED) -> dict[str, str]:
