@@ -23,10 +23,27 @@ command -v nm >/dev/null || die "no nm: the NIXL libcuda stand-in reads the plug
 
 mkdir -p .tools
 : >"${log}"
+# CI sees only what this script prints, not the log: a failure shows the log's end.
+die_with_log() {
+  echo "install-e2e: the last lines of ${log}:" >&2
+  tail -n 25 "${log}" >&2
+  die "$@"
+}
 pip_install() {
   "${venv}/bin/python" -m pip install --quiet --disable-pip-version-check "$@" >>"${log}" 2>&1 ||
-    die "pip could not install $* (no network to the package index, or a package is gone): see ${log}"
+    die_with_log "pip could not install $* (no network to the package index, a package is gone, or the disk is full): see ${log}"
 }
+# Measured: the venv takes 8.2 GB and pip needs about 4 GB more for the wheels it downloads and
+# unpacks (torch and its CUDA libraries) while it installs. A full disk otherwise surfaces as a
+# pip failure half-way through, minutes in.
+need_kb=$((13 * 1024 * 1024))
+if [ ! -f "${venv}/.installed" ]; then
+  for dir in .tools "${TMPDIR:-/tmp}"; do
+    free_kb=$(df -Pk "${dir}" | awk 'NR == 2 { print $4 }')
+    [ "${free_kb}" -ge "${need_kb}" ] ||
+      die "${dir} has $((free_kb / 1024 / 1024)) GB free; the e2e venv needs about 13 GB there while it installs (free some space, or set TMPDIR)"
+  done
+fi
 
 if [ ! -f "${venv}/.installed" ]; then
   rm -rf "${venv}"
@@ -35,8 +52,8 @@ if [ ! -f "${venv}/.installed" ]; then
   pip_install --upgrade pip
   pip_install -r requirements-e2e.txt
   pip_install --no-deps -r requirements-e2e-nodeps.txt
-  tests/e2e/libcuda-stub.sh "${venv}" >>"${log}" 2>&1 || die "the NIXL libcuda stand-in did not build: see ${log}"
-  "${venv}/bin/vllm" --version >>"${log}" 2>&1 || die "vllm does not run in ${venv}: see ${log}"
+  tests/e2e/libcuda-stub.sh "${venv}" >>"${log}" 2>&1 || die_with_log "the NIXL libcuda stand-in did not build: see ${log}"
+  "${venv}/bin/vllm" --version >>"${log}" 2>&1 || die_with_log "vllm does not run in ${venv}: see ${log}"
   touch "${venv}/.installed"
 fi
 if [ ! -f "${overlay}/.installed" ]; then
