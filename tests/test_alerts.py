@@ -201,3 +201,56 @@ def test_the_rendered_rules_pass_promtool_check(tmp_path: Path, values: tuple[Pa
     names = [r["alert"] for g in groups for r in g["rules"]]
     transfer = {"MooncakePdKvTransferFailing", "MooncakePdNoKvTransfer"}
     assert set(names) == (set(ALERTS) - transfer if not values else set(ALERTS))
+
+
+def test_the_kv_canary_alert_on_kube_state_metrics_series(tmp_path: Path):
+    """MooncakePdKvCanaryFailing reads kube-state-metrics' CronJob series, which no e2e run here
+    exports (kube-state-metrics does not run here): synthetic series in its names and labels
+    (docs/metrics/workload/cronjob-metrics.md). With a run every minute and a 60 s deadline the
+    alert waits 180 s: it fires when the last success is older, and when the CronJob has run that
+    long with no success at all; a fresh CronJob and one that keeps passing stay silent."""
+    overrides = {
+        "test": {"kvCanary": {"cronJob": {"enabled": True, "intervalMinutes": 1, "activeDeadlineSeconds": 60}}}
+    }
+    objects = manifests.parse(
+        helm.template(
+            paths.helm_binary(),
+            (CPU_PRESET,),
+            {**overrides, "metrics": {"podMonitor": {"enabled": True}, "prometheusRule": {"enabled": True, **SCALED}}},
+        )
+    )
+    groups = manifests.one(objects, "PrometheusRule")["spec"]["groups"]
+    cron = 'namespace="default",cronjob="deepseek-pd-kv-canary"'
+    labels = {"namespace": "default", "cronjob": "deepseek-pd-kv-canary", "modelserving": "deepseek-pd"}
+    alert = "MooncakePdKvCanaryFailing"
+    created = {"series": f"kube_cronjob_created{{{cron}}}", "values": "0x9"}
+    stopped = {
+        "series": f"kube_cronjob_status_last_successful_time{{{cron}}}",
+        "values": "_ 60 120 120 120 120 120 120",
+    }
+    passing = {"series": f"kube_cronjob_status_last_successful_time{{{cron}}}", "values": "_ 60 120 180 240 300 360"}
+    none: list[dict[str, Any]] = []
+    tests = [
+        {
+            "interval": "1m",
+            "input_series": [created, stopped],
+            "alert_rule_test": [
+                {"eval_time": "4m", "alertname": alert, "exp_alerts": none},
+                expect(groups, alert, 6, [labels]),
+            ],
+        },
+        {
+            "interval": "1m",
+            "input_series": [created],
+            "alert_rule_test": [
+                {"eval_time": "2m", "alertname": alert, "exp_alerts": none},
+                expect(groups, alert, 4, [labels]),
+            ],
+        },
+        {
+            "interval": "1m",
+            "input_series": [created, passing],
+            "alert_rule_test": [{"eval_time": f"{i}m", "alertname": alert, "exp_alerts": none} for i in range(1, 7)],
+        },
+    ]
+    run_promtool(tmp_path, groups, tests)

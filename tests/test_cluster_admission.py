@@ -41,6 +41,8 @@ def template_pods(obj: dict[str, Any]) -> list[dict[str, Any]]:
         ]
     elif obj["kind"] in ("Deployment", "Job"):
         templates = [("pod", obj["spec"]["template"])]
+    elif obj["kind"] == "CronJob":
+        templates = [("pod", obj["spec"]["jobTemplate"]["spec"]["template"])]
     else:
         return []
     pods = []

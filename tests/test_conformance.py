@@ -308,7 +308,7 @@ def test_every_cpu_container_runs_its_real_command(render: Renderer, servers: Se
     rendered = _render(render, scenario)
     outcomes = run_scenario(rendered, servers, servers.standins / "pods")
     names = {where.rsplit(" ", 1)[1] for where in outcomes}
-    assert "chat" in names
+    assert "chat" in names and "kv-canary" in names
     assert ("proxy" in names) == ("kthena" not in scenario)
     assert ("download-model" in names) == scenario.startswith("download")
     assert ("bench" in names) == scenario.startswith("benchmark")

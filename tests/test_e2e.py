@@ -25,6 +25,7 @@ are measured and written to out/e2e/summary.json (README, "End-to-end run"), not
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import shutil
@@ -35,7 +36,7 @@ from typing import Any
 
 import pytest
 
-from mooncake_pd import bench, engines, manifests, paths, profiles, verify
+from mooncake_pd import bench, chartfiles, engines, manifests, paths, profiles, verify
 from support.localpods import (
     E2E_VENV,
     ENGINE_NICE,
@@ -89,6 +90,7 @@ METRIC_USERS = (
     paths.REPO / "docs" / "autoscaling.md",
 )
 PLAIN_PORT = 7199
+PREFILL_ASK = {"do_remote_decode": True, "do_remote_prefill": False}
 RECORDING_SOURCE = (
     "tests/test_e2e.py (make e2e): vLLM 0.13.0's CPU build with NixlConnector (NIXL 0.8.0), the chart's cpu "
     "profile (values/qwen2.5-0.5b-instruct-cpu-1p1d.yaml), a tiny random Qwen2 model, on 2 cores"
@@ -124,6 +126,11 @@ class Run:
     problems: dict[str, list[str]] = field(default_factory=dict)
     prompt_tokens: dict[str, int] = field(default_factory=dict)
     helm_test: tuple[int, str] = (0, "")
+    canary: tuple[int, str] = (0, "")
+    # The restarted-prefill case: prefill restarted under the NIXL engine_id decode had met.
+    stale_canary: tuple[int, str] = (0, "")
+    stale_chat: tuple[int, str] = (0, "")
+    stale_engine_ids: tuple[str, str] = ("", "")
     verify_report: verify.Report | None = None
     bench_logs: dict[str, tuple[int, str]] = field(default_factory=dict)
     metrics_text: str = ""
@@ -245,11 +252,11 @@ def _pd_phases(result, run, objects, roles, network, engine_procs, pods, proxy_u
 
     # 3. The helm test pod, verify's own collection and judgement, the benchmark Job.
     clock = time.monotonic()
-    spec, container = _spec(objects, "Pod", "deepseek-pd-test")
-    result.helm_test = run_to_end(
-        processes, prepare(objects, spec, container, work / "test", network), 300, "helm-test"
-    )
+    result.helm_test = _test_pod(objects, "chat", work, network, processes)
     result.timings["helm_test"] = time.monotonic() - clock
+    clock = time.monotonic()
+    result.canary = _test_pod(objects, "kv-canary", work, network, processes)
+    result.timings["kv_canary"] = time.monotonic() - clock
     clock = time.monotonic()
     logs = {pod.name: proc.log for proc, _, pod in engine_procs.values()}
     core = LocalCore(pods, logs)
@@ -266,6 +273,7 @@ def _pd_phases(result, run, objects, roles, network, engine_procs, pods, proxy_u
         timeout=60,
         progress=lambda _: None,
         read_metrics=lambda pod_name, port: get_text(f"http://127.0.0.1:{port}/metrics"),
+        canary_io=_local_canary_io(),
     )
     result.verify_report = verify.assess(snapshot)
     result.timings["verify"] = time.monotonic() - clock
@@ -296,6 +304,18 @@ def _pd_phases(result, run, objects, roles, network, engine_procs, pods, proxy_u
     with recorder.phase("side-channel-broken", settle=8):
         _broken_side_channel(result, decode_metrics)
 
+    # 5b. The restarted-prefill case: prefill restarts under the engine_id decode has already met
+    # (as the chart's scripts did before engine_id changed per start). The helm test's chat check
+    # still passes; the canary must not. (After the side channel's phase: decode, which has met this
+    # engine_id, skips the handshake there and its request would finish.)
+    clock = time.monotonic()
+    prefill_proc = _restart_under_the_same_engine_id(
+        result, processes, prefill_proc, prefill_container, prefill_pod, base
+    )
+    result.stale_chat = _test_pod(objects, "chat", work, network, processes)
+    result.stale_canary = _test_pod(objects, "kv-canary", work, network, processes)
+    result.timings["stale_engine_id"] = time.monotonic() - clock
+
     # 6. Requests sent to decode alone (a router that skips prefill): decode computes every
     # prompt, answers right, and nothing but its metrics shows it: the silent degradation.
     with recorder.phase("decode-only", settle=3):
@@ -311,6 +331,53 @@ def _pd_phases(result, run, objects, roles, network, engine_procs, pods, proxy_u
                 )
 
 
+def _test_pod(objects, name: str, work: Path, network: Network, processes: Processes) -> tuple[int, str]:
+    """One container of the helm-test pod (chat, kv-canary), run to its end."""
+    spec = manifests.one(objects, "Pod", "deepseek-pd-test")["spec"]
+    container = next(c for c in spec["containers"] if c["name"] == name)
+    return run_to_end(processes, prepare(objects, spec, container, work / f"test-{name}", network), 300, f"test-{name}")
+
+
+def _prefill_engine_id() -> str:
+    """The engine_id prefill reports to decode (kv_transfer_params.remote_engine_id)."""
+    first = post_json(
+        "http://127.0.0.1:7100/v1/completions",
+        {"model": "tiny", "prompt": PROMPTS[0], "max_tokens": 1, "temperature": 0, "kv_transfer_params": PREFILL_ASK},
+    )
+    return str(first["kv_transfer_params"]["remote_engine_id"])
+
+
+def _restart_under_the_same_engine_id(result: Run, processes, prefill_proc, prefill_container, prefill_pod, base: Path):
+    """Restart prefill with `date` fixed to the start time its engine_id carries (the script's
+    only use of `date`, mooncake-pd.script.engineIdExport), so the new process has the old id."""
+    old_id = _prefill_engine_id()
+    start = re.search(r"_start(\d+)", old_id)
+    assert start, f"prefill's engine_id {old_id!r} has no _start<ns> suffix: the chart changed"
+    shims = base / "same-id-bin"
+    shims.mkdir(exist_ok=True)
+    (shims / "date").write_text(f"#!/bin/sh\necho {start[1]}\n")
+    (shims / "date").chmod(0o755)
+    processes.stop(prefill_proc)
+    container = dataclasses.replace(prefill_container, env={**prefill_container.env})
+    container.env["PATH"] = f"{shims}:{container.env['PATH']}"
+    proc = processes.run(container, prefill_pod.name + "-same-engine-id", ENGINE_NICE)
+    wait_ready(proc, container.probe_url, READY_TIMEOUT)
+    result.stale_engine_ids = (old_id, _prefill_engine_id())
+    return proc
+
+
+def _local_canary_io() -> verify.CanaryIO:
+    """verify's canary HTTP to the local 'pods': http://<pod>:<port> is 127.0.0.1:<port> here."""
+    canary = chartfiles.program("kv_canary")
+
+    def local(url: str) -> str:
+        return re.sub(r"^http://[^:/]+:", "http://127.0.0.1:", url)
+
+    return (lambda url, body, timeout: canary._post(local(url), body, timeout)), (
+        lambda url, timeout: canary._get(local(url), timeout)
+    )
+
+
 def _broken_side_channel(result: Run, decode_metrics: str) -> None:
     before = get_text(decode_metrics)
     try:
@@ -321,7 +388,7 @@ def _broken_side_channel(result: Run, decode_metrics: str) -> None:
                 "prompt": PROMPTS[0],
                 "max_tokens": 1,
                 "temperature": 0,
-                "kv_transfer_params": {"do_remote_decode": True, "do_remote_prefill": False},
+                "kv_transfer_params": PREFILL_ASK,
             },
         )
         params = {**first["kv_transfer_params"], "remote_port": 18099}
@@ -405,6 +472,24 @@ def test_a_wrong_side_channel_breaks_the_transfer(e2e: Run):
     assert e2e.side_channel, "decode pointed at a dead side channel still looked fine"
 
 
+def test_the_kv_canary_passes_on_the_healthy_pair(e2e: Run):
+    code, output = e2e.canary
+    assert code == 0 and "kv canary: 1 of 1 prefill/decode pairs moved the KV cache" in output, output[-2000:]
+    assert re.search(r"PASS: deepseek-pd-0-prefill-0 -> deepseek-pd-0-decode-0: .* transfers \+1, failed \+0", output)
+
+
+def test_the_kv_canary_fails_where_the_kv_cache_does_not_move_and_the_chat_check_does_not(e2e: Run):
+    """The restarted-prefill case: prefill restarted under the engine_id decode had met. The chat
+    answer through the proxy still comes (decode computes the prompt), so `helm test`'s chat
+    check passes; the canary fails the pair."""
+    old_id, new_id = e2e.stale_engine_ids
+    assert old_id and old_id == new_id, e2e.stale_engine_ids
+    code, output = e2e.stale_chat
+    assert code == 0 and "PASS: HTTP 200" in output, output[-2000:]
+    code, output = e2e.stale_canary
+    assert code == 1 and "FAIL: deepseek-pd-0-prefill-0 -> deepseek-pd-0-decode-0" in output, output[-2000:]
+
+
 def test_helm_test_pod_passes_through_the_proxy(e2e: Run):
     code, output = e2e.helm_test
     assert code == 0 and "PASS: HTTP 200" in output, output[-2000:]
@@ -415,6 +500,7 @@ def test_verify_judges_the_real_nixl_engines(e2e: Run):
     assert report is not None and report.ok, report.to_json() if report else "verify did not run"
     names = [c.name for c in report.checks]
     assert "decode received the KV cache" in names and "NIXL transfers without failure" in names
+    assert "KV canary deepseek-pd-0-prefill-0-0 -> deepseek-pd-0-decode-0-0" in names
 
 
 @pytest.mark.parametrize("label", ["plain engine", "PD (proxy)"])

@@ -178,6 +178,7 @@ def test_worker_pods_run_no_server(render: Renderer):
         "preflight.py",
         "kv_transfer_config.py",
         "chat_check.py",
+        "kv_canary.py",
     }
 
 

@@ -3,6 +3,7 @@ recorded Kubernetes objects, and the exit codes without a cluster."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import subprocess
 import sys
@@ -12,7 +13,8 @@ import pytest
 from kubernetes.client.exceptions import ApiException
 
 from conftest import Rendered
-from mooncake_pd import paths, verify
+from mooncake_pd import chartfiles, paths, verify
+from test_kv_canary import FakeEngines
 
 REQUEST = "chatcmpl-53cf0580-0e68-4623-80aa-1cf0fd923034"
 # The guide's own log lines (seed: "View the log output").
@@ -84,6 +86,7 @@ def pod(name: str, group: str, role: str, replica: int, ready: bool = True) -> d
                 f"{verify.LABEL}/group-name": group,
                 f"{verify.LABEL}/role": role,
                 f"{verify.LABEL}/role-id": f"{role}-{replica}",
+                f"{verify.LABEL}/entry": "true",
             },
         },
         "spec": {"containers": [{"name": role}]},
@@ -331,6 +334,7 @@ def test_collect_with_url_end_to_end(modelserving):
     ]
     core = FakeCore(api_pods, LOGS)
     progress: list[str] = []
+    engines = FakeEngines()
     try:
         snapshot = verify.collect(
             core,
@@ -342,6 +346,7 @@ def test_collect_with_url_end_to_end(modelserving):
             log_wait=0,
             timeout=10,
             progress=progress.append,
+            canary_io=(engines.post, engines.get),
         )
     finally:
         server.shutdown()
@@ -354,4 +359,26 @@ def test_collect_with_url_end_to_end(modelserving):
     report = verify.assess(snapshot)
     assert report.ok, report.to_json()
     assert {c[1] for c in core.log_calls} == {"prefill", "decode"}
+    # The canary's pair: prefill's entry pod, then decode's, each at its serving port.
+    assert [url for url, _ in engines.posts] == [
+        "http://deepseek-pd-0-prefill-0-0:7100/v1/completions",
+        "http://deepseek-pd-0-decode-0-0:7101/v1/completions",
+    ]
+    canary = [c for c in report.checks if c.name.startswith("KV canary")]
+    assert [c.name for c in canary] == ["KV canary deepseek-pd-0-prefill-0-0 -> deepseek-pd-0-decode-0-0"]
+    assert canary[0].detail == "vllm:external_prefix_cache_hits_total +10 for 10 prompt tokens"
     assert any("HTTP 200 for request " + REQUEST in line for line in progress)
+
+
+def test_the_canary_fails_verify_when_the_kv_cache_does_not_move(modelserving):
+    engines = FakeEngines(loaded=0)
+    config = verify.canary_config(modelserving, PODS, "ds_r1")
+    results = chartfiles.program("kv_canary").run(config, engines.post, engines.get)
+    snapshot = verify.Snapshot(modelserving, PODS, ANSWER, LOGS, canary=[dataclasses.asdict(r) for r in results])
+    report = verify.assess(snapshot)
+    assert not report.ok
+    (failed,) = [c for c in report.checks if not c.ok]
+    assert failed.name.startswith("KV canary") and "it computed the prompt itself" in failed.detail
+    # No pair to probe is a failure too, not a pass.
+    empty = verify.assess(verify.Snapshot(modelserving, PODS, ANSWER, LOGS, canary=[]))
+    assert [c.detail for c in empty.checks if not c.ok] == ["no prefill/decode pair of entry pods to probe"]

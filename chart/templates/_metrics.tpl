@@ -80,5 +80,19 @@ none (vLLM-Ascend's MooncakeConnectorV1) gets the alerts that need none. */}}
   "annotations" (dict
     "summary" "Prometheus cannot scrape an engine"
     "description" "{{ $labels.role }} pod {{ $labels.pod }} has not answered /metrics; Kthena's recovery should replace it (recoveryPolicy).")) -}}
+{{- if include "mooncake-pd.canary.cronJob" . -}}
+{{- /* kube-state-metrics' CronJob series (STABLE in its docs/metrics/workload/cronjob-metrics.md):
+the last successful run, or the CronJob's creation while it has had none. */ -}}
+{{- $cron := printf "{namespace=%q,cronjob=%q}" .Release.Namespace (include "mooncake-pd.names.kvCanary" .) -}}
+{{- $after := include "mooncake-pd.canary.alertAfterSeconds" . -}}
+{{- $alerts = append $alerts (dict
+  "alert" "MooncakePdKvCanaryFailing"
+  "expr" (printf "(time() - max by (namespace, cronjob) (kube_cronjob_status_last_successful_time%s) > %s) or ((time() - max by (namespace, cronjob) (kube_cronjob_created%s) > %s) unless on (namespace, cronjob) kube_cronjob_status_last_successful_time%s)" $cron $after $cron $after $cron)
+  "for" "0m"
+  "labels" (dict "severity" "critical" "modelserving" $fullname)
+  "annotations" (dict
+    "summary" "The KV-transfer canary has not passed: some prefill/decode pair does not move the KV cache"
+    "description" (printf "CronJob {{ $labels.cronjob }} has had no successful run for %s s. Its pod's log names the pair and what decode's counters showed (kubectl logs job/<last run>); docs/operations.md, KV canary." $after))) -}}
+{{- end -}}
 {{- toYaml (list (dict "name" (printf "%s.mooncake-pd" $fullname) "rules" $alerts)) -}}
 {{- end }}

@@ -31,3 +31,8 @@ Names of the release's objects and of the keys Kthena owns.
 {{- define "mooncake-pd.names.scripts" -}}
 {{- printf "%s-scripts" (include "mooncake-pd.names.fullname" .) -}}
 {{- end }}
+
+{{/* The KV canary's CronJob (and its Jobs' prefix). */}}
+{{- define "mooncake-pd.names.kvCanary" -}}
+{{- printf "%s-kv-canary" (include "mooncake-pd.names.fullname" .) -}}
+{{- end }}

@@ -5,11 +5,13 @@ is a key of the scripts ConfigMap, mounted at /workspace/<name> where it runs.
 
 {{/* The programs this release's pods run, as JSON: ConfigMap key -> text. Every engine runs
 kv_transfer_config.py (and preflight.py with engine.preflight.enabled, download_model.py in the
-download init container); the helm test pod chat_check.py; the benchmark Job bench_result.py. */}}
+download init container); the helm test pod chat_check.py (and kv_canary.py, which the canary's CronJob runs too); the
+benchmark Job bench_result.py. */}}
 {{- define "mooncake-pd.programs.files" -}}
 {{- $names := include "mooncake-pd.programs.engine" . | fromJsonArray -}}
 {{- if .Values.engine.preflight.enabled }}{{ $names = append $names "preflight.py" }}{{ end -}}
 {{- if and .Values.test.enabled (ne .Values.router.type "none") }}{{ $names = append $names "chat_check.py" }}{{ end -}}
+{{- if or (include "mooncake-pd.canary.inTestPod" .) (include "mooncake-pd.canary.cronJob" .) }}{{ $names = append $names "kv_canary.py" }}{{ end -}}
 {{- if .Values.benchmark.enabled }}{{ $names = append $names "bench_result.py" }}{{ end -}}
 {{- $files := dict -}}
 {{- range $name := $names }}{{ $_ := set $files $name ($.Files.Get (printf "files/%s" $name)) }}{{ end -}}

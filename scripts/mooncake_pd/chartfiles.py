@@ -4,6 +4,7 @@ them is then one piece of code (generate checks tensor parallel with the preflig
 from __future__ import annotations
 
 import importlib.util
+import sys
 from functools import cache
 from types import ModuleType
 
@@ -23,5 +24,7 @@ def program(name: str) -> ModuleType:
     if spec is None or spec.loader is None or not path.is_file():
         raise ChartFileError(f"{path}: cannot load the chart's {name} program")
     module = importlib.util.module_from_spec(spec)
+    # Registered before it runs, as an import does: dataclasses look their module up there.
+    sys.modules[spec.name] = module
     spec.loader.exec_module(module)
     return module

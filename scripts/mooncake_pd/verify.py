@@ -12,6 +12,12 @@ The proof follows the connector (the ModelServing's mooncake-pd/kv-connector ann
   rise (one per transfer, nixl_connector.py ~2433) while vllm:nixl_num_failed_transfers_total does
   not. These names were read off real vLLM 0.13 engines by the e2e run (tests/test_e2e.py).
 
+Then the KV canary (chart/files/kv_canary.py, which the helm-test pod and the CronJob run too),
+per prefill/decode pair of entry pods, through port-forwards: a request sent through prefill to
+decode by verify itself, passing when decode's counters show that its KV cache came over. The
+chat request above goes where the router sends it; the canary proves every pair the router may
+form, autoscaled ones included (verify lists the pods, where no render can).
+
 The decision (`assess`) is a pure function of what was collected (`Snapshot`), so it is tested
 on recorded objects and logs; `collect` does the Kubernetes I/O.
 """
@@ -26,6 +32,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from mooncake_pd import chartfiles, profiles
 from mooncake_pd.engines import KTHENA as LABEL
 from mooncake_pd.errors import MooncakePdError
 
@@ -90,6 +97,8 @@ class Snapshot:
     # decode entry pod -> its /metrics text (before, after) the request; read for connectors whose
     # logs name no request (NIXL, upstream Mooncake)
     metrics: dict[str, tuple[str, str]] = field(default_factory=dict)
+    # The KV canary's result per pair (kv_canary.PairResult as a dict); None: it did not run.
+    canary: list[dict[str, Any]] | None = None
 
 
 @dataclass(frozen=True)
@@ -224,8 +233,27 @@ def metric_checks(snapshot: Snapshot, connector: str, decode_role: str) -> list[
     return checks
 
 
+def canary_checks(snapshot: Snapshot) -> list[Check]:
+    """One check per prefill/decode pair the canary probed (none when it did not run)."""
+    if snapshot.canary is None:
+        return []
+    if not snapshot.canary:
+        return [Check("KV canary", False, "no prefill/decode pair of entry pods to probe")]
+    line = chartfiles.program("kv_canary").PairResult
+    return [
+        Check(f"KV canary {r['prefill']} -> {r['decode']}", r["ok"], line(**r).line().split(": ", 2)[2])
+        for r in snapshot.canary
+    ]
+
+
 def assess(snapshot: Snapshot) -> Report:
     """Every check of the guide, decided on a Snapshot."""
+    report = _assess_request(snapshot)
+    report.checks += canary_checks(snapshot)
+    return report
+
+
+def _assess_request(snapshot: Snapshot) -> Report:
     checks = readiness_checks(snapshot)
     response = snapshot.response
     request_id = (response.body.get("id") if response else None) or ""
@@ -361,14 +389,80 @@ def _forwarded_get(core: Any, namespace: str, pod: str, port: int, path: str, ti
 
 def decode_entry_pods(modelserving: dict[str, Any], pods: list[dict[str, Any]]) -> list[tuple[str, int]]:
     """(pod name, serving port) of every decode entry pod: where decode's /metrics are."""
-    role = modelserving["spec"]["template"]["roles"][-1]
+    return entry_pods(modelserving, pods, -1)
+
+
+def entry_pods(modelserving: dict[str, Any], pods: list[dict[str, Any]], role_index: int) -> list[tuple[str, int]]:
+    """(pod name, serving port) of a role's entry pods (the chart renders prefill first, decode
+    last), in name order."""
+    role = modelserving["spec"]["template"]["roles"][role_index]
     container = role["entryTemplate"]["spec"]["containers"][0]
     port = next(p["containerPort"] for p in container.get("ports", []) if p.get("name") == "server")
-    return [
+    return sorted(
         (p["metadata"]["name"], port)
         for p in pods
         if _labels(p).get(f"{LABEL}/role") == role["name"] and _labels(p).get(f"{LABEL}/entry") == "true"
-    ]
+    )
+
+
+# The canary's HTTP: post(url, body, timeout) -> (status, JSON body), get(url, timeout) -> text,
+# both raising kv_canary.Unreachable when nothing answers. Its URLs are http://<pod>:<port>.
+CanaryIO = tuple[Callable[[str, dict[str, Any], float], tuple[int, dict[str, Any]]], Callable[[str, float], str]]
+
+
+def transfer_metrics(connector: str) -> dict[str, str] | None:
+    """The connector's transfer counters (profiles.yaml engines.<version>.connectors)."""
+    for engine in profiles.load()["engines"].values():
+        if connector in engine["connectors"]:
+            found: dict[str, str] | None = engine["connectors"][connector]["transferMetrics"]
+            return found
+    return None
+
+
+def canary_config(modelserving: dict[str, Any], pods: list[dict[str, Any]], model: str) -> dict[str, Any]:
+    """kv_canary's CANARY_CONFIG for every prefill x decode pair of entry pods found."""
+
+    def instances(role_index: int) -> list[dict[str, str]]:
+        return [
+            {"name": name, "url": f"http://{name}:{port}"} for name, port in entry_pods(modelserving, pods, role_index)
+        ]
+
+    return {
+        "model": model,
+        "prompt": "Hello, how are you?",
+        "maxTokens": 8,
+        "prefill": instances(0),
+        "decode": instances(-1),
+        "transferMetrics": transfer_metrics(connector_of(modelserving)),
+    }
+
+
+def port_forward_io(core: Any, namespace: str) -> CanaryIO:
+    """The canary's HTTP through port-forwards to the pods its URLs name."""
+    from urllib.parse import urlsplit
+
+    unreachable = chartfiles.program("kv_canary").Unreachable
+
+    def target(url: str) -> tuple[str, int, str]:
+        parts = urlsplit(url)
+        return parts.hostname or "", parts.port or 80, parts.path
+
+    def post(url: str, body: dict[str, Any], timeout: float) -> tuple[int, dict[str, Any]]:
+        pod, port, path = target(url)
+        try:
+            answer = _forwarded_request(core, namespace, pod, port, path, json.dumps(body).encode(), timeout)
+        except Exception as e:  # the API server, the port-forward or the pod: nothing answered
+            raise unreachable(f"{url}: {e.__class__.__name__}: {e}") from e
+        return answer.status, answer.body
+
+    def get(url: str, timeout: float) -> str:
+        pod, port, path = target(url)
+        try:
+            return _forwarded_get(core, namespace, pod, port, path, timeout)
+        except Exception as e:
+            raise unreachable(f"{url}: {e.__class__.__name__}: {e}") from e
+
+    return post, get
 
 
 def _post(connection: http.client.HTTPConnection, path: str, body: bytes) -> Response:
@@ -420,6 +514,8 @@ def collect(
     timeout: float,
     progress: Callable[[str], None],
     read_metrics: Callable[[str, int], str] | None = None,
+    canary_io: CanaryIO | None = None,
+    run_canary: bool = True,
 ) -> Snapshot:
     modelserving = find_modelserving(custom, release, namespace)
     name = modelserving["metadata"]["name"]
@@ -452,9 +548,16 @@ def collect(
         metrics = {pod: (before[pod], read_metrics(pod, port)) for pod, port in metric_pods}
         snapshot = Snapshot(modelserving, pods, response, logs, error, metrics)
         if assess(snapshot).ok or time.time() >= deadline or response is None:
-            return snapshot
+            break
         progress("waiting for the KV transfer log lines ...")
         time.sleep(5)
+    if not run_canary:
+        return snapshot
+    config = canary_config(modelserving, pods, model)
+    progress(f"KV canary: {len(config['prefill'])} x {len(config['decode'])} prefill/decode pair(s)")
+    post, get = canary_io or port_forward_io(core, namespace)
+    results = chartfiles.program("kv_canary").run(config, post, get)
+    return Snapshot(modelserving, pods, response, logs, error, snapshot.metrics, [asdict(r) for r in results])
 
 
 def served_name(modelserving: dict[str, Any]) -> str:

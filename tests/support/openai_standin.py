@@ -5,8 +5,10 @@ It answers what those clients ask of vLLM: GET /health, /healthcheck, /v1/models
 POST /v1/completions and /v1/chat/completions, streamed (SSE `data:` chunks, a usage chunk when
 `stream_options.include_usage`, then `data: [DONE]`, as vLLM's OpenAI server does) or not. A
 request carrying `kv_transfer_params.do_remote_decode` is answered as a prefill engine answers
-NixlConnector/Mooncake requests: one token and `kv_transfer_params` for decode. Every request is
-appended to --record as one JSON line, so a test can see what the client sent.
+NixlConnector/Mooncake requests: one token and `kv_transfer_params` for decode; one carrying
+prefill's answer (`do_remote_prefill`) as decode counts a loaded KV cache on /metrics: its prompt
+tokens as vllm:external_prefix_cache_hits_total and one NIXL transfer (the KV canary reads them).
+Every request is appended to --record as one JSON line, so a test can see what the client sent.
 
 Standard library only. Usage: python openai_standin.py --port N --model NAME [--record FILE]
 """
@@ -21,6 +23,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+PROMPT_TOKENS = 8
 PREFILL_ANSWER = {
     "do_remote_prefill": True,
     "do_remote_decode": False,
@@ -49,7 +52,7 @@ def completion(request: dict[str, Any], chat: bool, model: str) -> dict[str, Any
         "object": "chat.completion" if chat else "text_completion",
         "model": model,
         "choices": [choice],
-        "usage": {"prompt_tokens": 8, "completion_tokens": tokens, "total_tokens": 8 + tokens},
+        "usage": {"prompt_tokens": PROMPT_TOKENS, "completion_tokens": tokens, "total_tokens": PROMPT_TOKENS + tokens},
         "kv_transfer_params": PREFILL_ANSWER if prefill else None,
     }
 
@@ -67,8 +70,19 @@ def stream_chunks(request: dict[str, Any], chat: bool, model: str) -> list[dict[
     return chunks
 
 
+def metrics_text(counters: dict[str, float]) -> bytes:
+    lines = ["vllm:num_requests_running 0"] + [f'{name}{{engine="0"}} {value}' for name, value in counters.items()]
+    return ("\n".join(lines) + "\n").encode()
+
+
 def handler_class(model: str, record: Path | None):
     lock = threading.Lock()
+    # What decode's /metrics count of loaded KV caches (vLLM's names; NIXL's transfer counter).
+    counters = {
+        "vllm:external_prefix_cache_hits_total": 0.0,
+        "vllm:nixl_xfer_time_seconds_count": 0.0,
+        "vllm:nixl_num_failed_transfers_total": 0.0,
+    }
 
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
@@ -89,7 +103,9 @@ def handler_class(model: str, record: Path | None):
             elif self.path == "/v1/models":
                 self._send(200, json.dumps({"object": "list", "data": [{"id": model, "object": "model"}]}).encode())
             elif self.path == "/metrics":
-                self._send(200, b"vllm:num_requests_running 0\n", "text/plain")
+                with lock:
+                    body = metrics_text(counters)
+                self._send(200, body, "text/plain")
             else:
                 self._send(404, b'{"error": "not found"}')
 
@@ -100,6 +116,10 @@ def handler_class(model: str, record: Path | None):
                 with lock, record.open("a") as out:
                     out.write(json.dumps({"path": self.path, "body": request}) + "\n")
             chat = self.path == "/v1/chat/completions"
+            if (request.get("kv_transfer_params") or {}).get("do_remote_prefill"):
+                with lock:
+                    counters["vllm:external_prefix_cache_hits_total"] += PROMPT_TOKENS
+                    counters["vllm:nixl_xfer_time_seconds_count"] += 1
             if self.path not in ("/v1/completions", "/v1/chat/completions"):
                 self._send(404, b'{"error": "not found"}')
             elif request.get("stream"):

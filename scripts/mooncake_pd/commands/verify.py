@@ -26,6 +26,7 @@ def run(args: argparse.Namespace) -> int:
             log_wait=args.log_wait,
             timeout=args.timeout,
             progress=progress,
+            run_canary=not args.no_canary,
         )
     except verify.VerifyError as e:
         if args.json:  # the report CI reads says why there is none; cli.main prints the error
@@ -54,8 +55,12 @@ def register(sub: argparse._SubParsersAction) -> None:
         "cache transfer for request <id> took X ms' and a generation throughput above 0); "
         "NixlConnector and upstream MooncakeConnector, which log no line per request, by decode's "
         "/metrics before and after it (external prefix-cache hits rising by the prompt; on NIXL "
-        "also one more transfer and none failed). Exit 0 when every check passes, 1 when one fails, 2 when "
-        "there is no cluster, no release or no Kthena CRD.",
+        "also one more transfer and none failed). Then the KV canary, per pair of prefill and decode "
+        "entry pods (autoscaled ones too): verify sends a request through prefill to decode itself, "
+        "through port-forwards, and passes the pair when decode's counters show its KV cache came "
+        "over (chart/files/kv_canary.py, which the helm-test pod and the optional CronJob run). "
+        "Exit 0 when every check passes, 1 when one fails, 2 when there is no cluster, no release "
+        "or no Kthena CRD.",
         epilog="RBAC: get/list pods, get pods/log, get/create pods/portforward, get endpoints, get/list "
         "modelservings in the release's namespace (examples/rbac/mooncake-pd-tool.yaml).",
     )
@@ -66,5 +71,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     ver.add_argument("--context", help="kubeconfig context")
     ver.add_argument("--log-wait", type=float, default=60, help="seconds to wait for the log lines (default: 60)")
     ver.add_argument("--timeout", type=float, default=300, help="seconds for the test request (default: 300)")
+    ver.add_argument("--no-canary", action="store_true", help="skip the KV canary's per-pair requests")
     ver.add_argument("--json", action="store_true", help="print the report as JSON (for CI)")
     ver.set_defaults(func=run, error_label="mooncake-pd verify")

@@ -1,0 +1,238 @@
+"""mooncake-pd kv_canary: proves, for every prefill/decode pair, that a request's KV cache came
+over from prefill to decode, not only that a request answered.
+
+A chat check through the router passes when PD has silently degraded: decode computes every
+prompt itself when the KV cache stops moving (a prefill restarted under a NIXL engine_id decode
+had met, a side channel that is not reachable) and still answers. So for each pair the canary
+does what the PD proxy does, itself, and reads decode's counters around it:
+1. decode's /metrics (before);
+2. the prompt to prefill with kv_transfer_params {do_remote_decode: true} and max_tokens 1, as
+   vLLM-Ascend v0.13.0's example proxy sends it (load_balance_proxy_server_example.py,
+   send_request_to_service); prefill answers with the kv_transfer_params decode needs;
+3. the same prompt to decode with those kv_transfer_params;
+4. decode's /metrics (after).
+The pair passes when decode answered and its vllm:external_prefix_cache_hits_total (prompt tokens
+it did not compute, vllm/v1/metrics/loggers.py) rose by at least MIN_TRANSFERRED_FRACTION of the
+request's prompt tokens, and, where the connector counts transfers (NIXL), one more transfer was
+counted and no failed one. Each prompt starts with a fresh nonce, so decode's own prefix cache
+cannot answer it. Other traffic only adds to the counters, so a busy deployment never fails it
+falsely; a failure counted while it ran fails the pair, whoever's request it was.
+
+Env: CANARY_CONFIG, JSON: {"model", "prompt", "maxTokens", "prefill": [{"name", "url"}],
+"decode": [{"name", "url"}], "transferMetrics": {"count", "failed"} or null}.
+Exit 0 when every pair passed, 1 otherwise. Python 3.9+, standard library only.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+EXTERNAL_HITS = "vllm:external_prefix_cache_hits_total"
+# Decode counts every prompt token it loaded as an external hit: the e2e run measured hits equal to
+# prompt tokens on vLLM 0.13 with NIXL. Half leaves room for a connector that recomputes the
+# last block itself, and is far above what a decode that computes the prompt counts (0).
+MIN_TRANSFERRED_FRACTION = 0.5
+ATTEMPTS = 12
+RETRY_SECONDS = 10
+TIMEOUT_SECONDS = 300
+METRIC_LINE = re.compile(r"^(?P<name>[a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?\s+(?P<value>\S+)")
+# What prefill is asked for: vLLM-Ascend v0.13.0's example proxy's kv_transfer_params
+# (send_request_to_service), which NixlConnector and MooncakeConnector read alike.
+PREFILL_PARAMS = {
+    "do_remote_decode": True,
+    "do_remote_prefill": False,
+    "remote_engine_id": None,
+    "remote_block_ids": None,
+    "remote_host": None,
+    "remote_port": None,
+}
+
+Post = Callable[[str, dict[str, Any], float], tuple[int, dict[str, Any]]]
+Get = Callable[[str, float], str]
+
+
+class Unreachable(Exception):
+    """An engine did not answer at all (connection refused, DNS, timeout)."""
+
+
+@dataclass
+class PairResult:
+    prefill: str
+    decode: str
+    ok: bool = False
+    problems: list[str] = field(default_factory=list)
+    prompt_tokens: int = 0
+    external_hits: float = 0.0
+    transfers: float | None = None
+    failed_transfers: float | None = None
+
+    def line(self) -> str:
+        head = f"{'PASS' if self.ok else 'FAIL'}: {self.prefill} -> {self.decode}"
+        facts = f"{EXTERNAL_HITS} +{self.external_hits:g} for {self.prompt_tokens} prompt tokens"
+        if self.transfers is not None:
+            facts += f", transfers +{self.transfers:g}, failed +{self.failed_transfers or 0:g}"
+        return f"{head}: {facts}" + (f"; {'; '.join(self.problems)}" if self.problems else "")
+
+
+def metric_total(text: str, name: str) -> float:
+    """The sum of a metric's samples (every label set) in Prometheus text; 0 when absent."""
+    total = 0.0
+    for line in text.splitlines():
+        m = METRIC_LINE.match(line)
+        if m and m.group("name") == name:
+            total += float(m.group("value"))
+    return total
+
+
+def judge(result: PairResult, before: str, after: str, transfer_metrics: dict[str, str] | None) -> PairResult:
+    """Decide a pair whose two requests answered, from decode's /metrics before and after."""
+    result.external_hits = metric_total(after, EXTERNAL_HITS) - metric_total(before, EXTERNAL_HITS)
+    needed = MIN_TRANSFERRED_FRACTION * result.prompt_tokens
+    if result.prompt_tokens <= 0:
+        result.problems.append("decode reported no prompt tokens (usage.prompt_tokens)")
+    elif result.external_hits < needed:
+        result.problems.append(
+            f"decode loaded {result.external_hits:g} of {result.prompt_tokens} prompt tokens from prefill "
+            f"(at least {needed:g} expected): it computed the prompt itself, the KV cache did not move"
+        )
+    if transfer_metrics:
+        result.transfers = metric_total(after, transfer_metrics["count"]) - metric_total(
+            before, transfer_metrics["count"]
+        )
+        result.failed_transfers = metric_total(after, transfer_metrics["failed"]) - metric_total(
+            before, transfer_metrics["failed"]
+        )
+        if result.transfers < 1:
+            result.problems.append(f"{transfer_metrics['count']} did not rise: no transfer reached decode")
+        if result.failed_transfers > 0:
+            result.problems.append(f"{transfer_metrics['failed']} rose by {result.failed_transfers:g}")
+    result.ok = not result.problems
+    return result
+
+
+def completion_text(body: dict[str, Any]) -> str:
+    return ((body.get("choices") or [{}])[0].get("text")) or ""
+
+
+def probe_pair(
+    prefill: dict[str, str],
+    decode: dict[str, str],
+    config: dict[str, Any],
+    nonce: str,
+    post: Post,
+    get: Get,
+    timeout: float = TIMEOUT_SECONDS,
+) -> PairResult:
+    """One pair's proof. `post` and `get` do the HTTP (raising Unreachable when nothing answers)."""
+    result = PairResult(prefill["name"], decode["name"])
+    prompt = f"mooncake-pd kv canary {nonce}: {config['prompt']}"
+    request = {"model": config["model"], "prompt": prompt, "temperature": 0}
+    before = get(decode["url"] + "/metrics", timeout)
+    status, first = post(
+        prefill["url"] + "/v1/completions",
+        dict(request, max_tokens=1, kv_transfer_params=PREFILL_PARAMS),
+        timeout,
+    )
+    params = first.get("kv_transfer_params")
+    if status != 200:
+        result.problems.append(f"prefill answered HTTP {status}: {json.dumps(first)[:300]}")
+        return result
+    if not params:
+        result.problems.append("prefill answered without kv_transfer_params: it is not a KV producer")
+        return result
+    status, second = post(
+        decode["url"] + "/v1/completions",
+        dict(request, max_tokens=int(config["maxTokens"]), kv_transfer_params=params),
+        timeout,
+    )
+    if status != 200:
+        result.problems.append(f"decode answered HTTP {status}: {json.dumps(second)[:300]}")
+        return result
+    result.prompt_tokens = int((second.get("usage") or {}).get("prompt_tokens") or 0)
+    if not completion_text(second):
+        result.problems.append("decode answered an empty completion")
+    return judge(result, before, get(decode["url"] + "/metrics", timeout), config.get("transferMetrics"))
+
+
+def run(config: dict[str, Any], post: Post, get: Get, now: Callable[[], float] = time.time) -> list[PairResult]:
+    """Every prefill x decode pair, as the router may pair them, one after the other."""
+    results = []
+    for p_index, prefill in enumerate(config["prefill"]):
+        for d_index, decode in enumerate(config["decode"]):
+            nonce = f"{int(now() * 1e6)}-{p_index}-{d_index}"
+            try:
+                results.append(probe_pair(prefill, decode, config, nonce, post, get))
+            except Unreachable as err:
+                results.append(PairResult(prefill["name"], decode["name"], problems=[f"not reachable: {err}"]))
+    return results
+
+
+def _post(url: str, body: dict[str, Any], timeout: float) -> tuple[int, dict[str, Any]]:
+    req = urllib.request.Request(url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as resp:
+            return resp.status, json.load(resp)
+    except urllib.error.HTTPError as err:
+        raw = err.read()
+        try:
+            return err.code, json.loads(raw or b"{}")
+        except ValueError:
+            return err.code, {"raw": raw[:300].decode(errors="replace")}
+    except (urllib.error.URLError, OSError) as err:
+        raise Unreachable(f"{url}: {err}") from err
+
+
+def _get(url: str, timeout: float) -> str:
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as resp:
+            return resp.read().decode(errors="replace")
+    except (urllib.error.URLError, OSError) as err:
+        raise Unreachable(f"{url}: {err}") from err
+
+
+def wait_reachable(config: dict[str, Any], get: Get, sleep: Callable[[float], None] = time.sleep) -> list[str]:
+    """Retry while engines do not answer yet (helm test right after an install): the URLs that
+    never answered."""
+    urls = [e["url"] + "/health" for e in config["prefill"] + config["decode"]]
+    for attempt in range(1, ATTEMPTS + 1):
+        missing = []
+        for url in urls:
+            try:
+                get(url, 10)
+            except Unreachable:
+                missing.append(url)
+        if not missing:
+            return []
+        if attempt < ATTEMPTS:
+            print(
+                f"attempt {attempt}: not reachable yet: {', '.join(missing)}; retrying in {RETRY_SECONDS}s", flush=True
+            )
+            sleep(RETRY_SECONDS)
+    return missing
+
+
+def main(env: dict[str, str]) -> int:
+    config = json.loads(env["CANARY_CONFIG"])
+    missing = wait_reachable(config, _get)
+    if missing:
+        print(f"FAIL: not reachable: {', '.join(missing)}")
+        return 1
+    results = run(config, _post, _get)
+    for result in results:
+        print(result.line(), flush=True)
+    passed = sum(r.ok for r in results)
+    print(f"kv canary: {passed} of {len(results)} prefill/decode pairs moved the KV cache")
+    return 0 if results and passed == len(results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main(dict(os.environ)))
