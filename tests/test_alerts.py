@@ -2,7 +2,8 @@
 built from Go modules by `make cluster-tools`), on series recorded from the real engines of the
 e2e run (issue #28 item 6): every alert stays silent through the healthy PD run, and each
 degradation the run stages fires its alert: traffic sent to decode alone (decode recomputes every
-prompt, answers right), prefill stopped (its /metrics gone). A decode request pointed at a side
+prompt, answers right), traffic through a prefill restarted under the engine_id decode had met
+(the same on decode's side), prefill stopped (its /metrics gone). A decode request pointed at a side
 channel that does not answer is counted nowhere in decode's metrics (measured): no alert fires,
 which the test states as a blind spot of the metrics. The recording is
 tests/fixtures/alerts/series.json (how it is made: tests/support/series.py); `make e2e` writes a
@@ -114,15 +115,21 @@ def verdicts(recording: dict[str, Any], groups: list[dict[str, Any]]) -> dict[st
     tests["healthy"] = [t for i in range(3, len(healthy)) for t in silent(i)]
 
     # Decode alone: its prompt tokens grow, none from prefill's cache, and no transfer happens.
-    only = _phase(recording, "decode-only")
-    prompts = _series(only, "decode", "vllm:prompt_tokens_total")
-    last = max(i for i in range(1, len(prompts)) if (prompts[i] or 0) > (prompts[i - 1] or 0))
-    assert last >= 5, f"decode-only traffic lasted {last} samples: too short for the alerts' window and for"
-    tests["decode-only"] = [
-        expect(groups, "MooncakePdDecodeRecomputing", last, [base]),
-        expect(groups, "MooncakePdNoKvTransfer", last, [base]),
-        *silent(last, but=("MooncakePdDecodeRecomputing", "MooncakePdNoKvTransfer")),
-    ]
+    # The same on decode's side when prefill restarted under the engine_id decode had met: the
+    # requests go through prefill, decode's read fails (NIXL_ERR_NOT_FOUND, counted as no failed
+    # transfer, measured) and it computes every prompt.
+    for phase in ("decode-only", "prefill-restarted-same-id"):
+        if phase not in recording["phases"]:
+            continue  # a recording from before the phase existed
+        traffic = _phase(recording, phase)
+        prompts = _series(traffic, "decode", "vllm:prompt_tokens_total")
+        last = max(i for i in range(1, len(prompts)) if (prompts[i] or 0) > (prompts[i - 1] or 0))
+        assert last >= 5, f"{phase} traffic lasted {last} samples: too short for the alerts' window and for"
+        tests[phase] = [
+            expect(groups, "MooncakePdDecodeRecomputing", last, [base]),
+            expect(groups, "MooncakePdNoKvTransfer", last, [base]),
+            *silent(last, but=("MooncakePdDecodeRecomputing", "MooncakePdNoKvTransfer")),
+        ]
 
     # A decode request whose side channel does not answer: measured, vLLM 0.13's NIXL counts
     # nothing of it on decode (no failed transfer, no prompt token, no finished request), so no
@@ -147,7 +154,9 @@ def _tests(recording: dict[str, Any], groups) -> list[tuple[str, list[dict[str, 
     return [(phase, input_series(recording, phase), cases) for phase, cases in verdicts(recording, groups).items()]
 
 
-@pytest.mark.parametrize("phase", ["healthy", "decode-only", "side-channel-broken", "prefill-down"])
+@pytest.mark.parametrize(
+    "phase", ["healthy", "decode-only", "side-channel-broken", "prefill-down", "prefill-restarted-same-id"]
+)
 def test_recorded_real_series_fire_exactly_their_alerts(tmp_path: Path, phase: str):
     recording = json.loads(FIXTURE.read_text())
     groups = rule_groups(SCALED)

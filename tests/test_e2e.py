@@ -38,7 +38,6 @@ import pytest
 
 from mooncake_pd import bench, chartfiles, engines, manifests, paths, profiles, verify
 from support.localpods import (
-    E2E_VENV,
     ENGINE_NICE,
     Network,
     Processes,
@@ -50,6 +49,7 @@ from support.localpods import (
 )
 from support.pdcheck import (
     MAX_TOKENS,
+    PLAIN_PORT,
     PROMPTS,
     READY_TIMEOUT,
     LocalRun,
@@ -59,6 +59,7 @@ from support.pdcheck import (
     local_run,
     make_tiny_model,
     metrics_url,
+    plain_engine_shim,
     render,
 )
 from support.series import Recorder
@@ -89,7 +90,6 @@ METRIC_USERS = (
     paths.REPO / "docs" / "operations.md",
     paths.REPO / "docs" / "autoscaling.md",
 )
-PLAIN_PORT = 7199
 PREFILL_ASK = {"do_remote_decode": True, "do_remote_prefill": False}
 RECORDING_SOURCE = (
     "tests/test_e2e.py (make e2e): vLLM 0.13.0's CPU build with NixlConnector (NIXL 0.8.0), the chart's cpu "
@@ -140,31 +140,6 @@ class Run:
     peak_rss: int = 0
 
 
-def _plain_engine_shim(folder: Path) -> Path:
-    """A `vllm` first on PATH that runs the real one with the script's flags minus the KV
-    connector and on PLAIN_PORT: the decode engine's exact flags, without PD."""
-    folder.mkdir(parents=True, exist_ok=True)
-    shim = folder / "vllm"
-    shim.write_text(
-        f"""#!{E2E_VENV / "bin" / "python3"}
-import os, sys
-argv, out, skip = sys.argv[1:], [], False
-for i, word in enumerate(argv):
-    if skip:
-        skip = False
-    elif word == "--kv-transfer-config":
-        skip = True
-    elif i and argv[i - 1] == "--port":
-        out[-1:] = ["--port", "{PLAIN_PORT}"]
-    else:
-        out.append(word)
-os.execv("{E2E_VENV / "bin" / "vllm"}", ["vllm", *out])
-"""
-    )
-    shim.chmod(0o755)
-    return folder
-
-
 def _spec(objects, kind: str, name: str) -> tuple[dict[str, Any], dict[str, Any]]:
     obj = manifests.one(objects, kind, name)
     spec = obj["spec"] if kind == "Pod" else obj["spec"]["template"]["spec"]
@@ -200,7 +175,7 @@ def _run(result: Run, run: LocalRun) -> None:
     # 1. One plain engine: decode's script and flags without the KV connector, the reference.
     clock = time.monotonic()
     pod, decode_plain = engine(objects, roles["decode"], work / "plain", network)
-    decode_plain.env["PATH"] = f"{_plain_engine_shim(base / 'plain-bin')}:{decode_plain.env['PATH']}"
+    decode_plain.env["PATH"] = f"{plain_engine_shim(base / 'plain-bin')}:{decode_plain.env['PATH']}"
     plain = processes.run(decode_plain, "plain-engine", ENGINE_NICE)
     result.timings["plain_ready"] = wait_ready(plain, f"http://127.0.0.1:{PLAIN_PORT}/health", READY_TIMEOUT)
     result.reference, _ = completions(f"http://127.0.0.1:{PLAIN_PORT}", concurrent=False)
@@ -300,7 +275,11 @@ def _pd_phases(result, run, objects, roles, network, engine_procs, pods, proxy_u
 
     result.timings["negative_control"] = time.monotonic() - clock
 
-    # 5. Decode pointed at a side channel where nothing listens: the transfer breaks.
+    # 5. Decode pointed at a side channel where nothing listens: the transfer breaks. Its phase
+    # starts once decode's counters are still: vLLM counts a finished request in
+    # request_success_total a moment after its transfer and prompt tokens (seen: the phase's
+    # first sample caught the previous step's last request).
+    _wait_counters_still(decode_metrics)
     with recorder.phase("side-channel-broken", settle=8):
         _broken_side_channel(result, decode_metrics)
 
@@ -312,8 +291,15 @@ def _pd_phases(result, run, objects, roles, network, engine_procs, pods, proxy_u
     prefill_proc = _restart_under_the_same_engine_id(
         result, processes, prefill_proc, prefill_container, prefill_pod, base
     )
-    result.stale_chat = _test_pod(objects, "chat", work, network, processes)
-    result.stale_canary = _test_pod(objects, "kv-canary", work, network, processes)
+    # Traffic through the proxy while it lasts, recorded for the alerts: answered, never moved.
+    with recorder.phase("prefill-restarted-same-id", settle=3):
+        result.stale_chat = _test_pod(objects, "chat", work, network, processes)
+        result.stale_canary = _test_pod(objects, "kv-canary", work, network, processes)
+        deadline = time.monotonic() + 15
+        for _ in range(20):
+            if time.monotonic() > deadline:
+                break
+            completions(proxy_url, concurrent=True)
     result.timings["stale_engine_id"] = time.monotonic() - clock
 
     # 6. Requests sent to decode alone (a router that skips prefill): decode computes every
@@ -329,6 +315,18 @@ def _pd_phases(result, run, objects, roles, network, engine_procs, pods, proxy_u
                     {"model": "tiny", "prompt": prompt, "max_tokens": MAX_TOKENS, "temperature": 0},
                     timeout=120,
                 )
+
+
+def _wait_counters_still(metrics: str) -> None:
+    """Until two reads of decode's finished requests 1.5 s apart agree (at most 10 tries)."""
+    read = lambda: verify.metric_total(get_text(metrics), "vllm:request_success_total")  # noqa: E731
+    last = read()
+    for _ in range(10):
+        time.sleep(1.5)
+        now = read()
+        if now == last:
+            return
+        last = now
 
 
 def _test_pod(objects, name: str, work: Path, network: Network, processes: Processes) -> tuple[int, str]:

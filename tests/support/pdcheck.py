@@ -42,6 +42,8 @@ MAX_TOKENS = 16
 READY_TIMEOUT = 240.0
 EXTERNAL_HITS, NIXL_TRANSFERS, NIXL_FAILED = verify.EXTERNAL_HITS, verify.NIXL_TRANSFERS, verify.NIXL_FAILED
 NIXL_BYTES = "vllm:nixl_bytes_transferred_sum"
+# Where the reference engine listens: decode's flags without the connector (plain_engine_shim).
+PLAIN_PORT = 7199
 
 
 def complete(base: str, prompt: str) -> dict[str, Any]:
@@ -188,3 +190,28 @@ def engine(
 def metrics_url(role: dict[str, Any], address: str = "127.0.0.1") -> str:
     ports = role["entryTemplate"]["spec"]["containers"][0]["ports"]
     return f"http://{address}:{next(p['containerPort'] for p in ports if p['name'] == 'server')}/metrics"
+
+
+def plain_engine_shim(folder: Path) -> Path:
+    """A `vllm` first on PATH that runs the real one with the script's flags minus the KV
+    connector and on PLAIN_PORT: the decode engine's exact flags, without PD."""
+    folder.mkdir(parents=True, exist_ok=True)
+    shim = folder / "vllm"
+    shim.write_text(
+        f"""#!{E2E_VENV / "bin" / "python3"}
+import os, sys
+argv, out, skip = sys.argv[1:], [], False
+for i, word in enumerate(argv):
+    if skip:
+        skip = False
+    elif word == "--kv-transfer-config":
+        skip = True
+    elif i and argv[i - 1] == "--port":
+        out[-1:] = ["--port", "{PLAIN_PORT}"]
+    else:
+        out.append(word)
+os.execv("{E2E_VENV / "bin" / "vllm"}", ["vllm", *out])
+"""
+    )
+    shim.chmod(0o755)
+    return folder

@@ -3,7 +3,8 @@
 Recorder scrapes each engine's /metrics every `interval` seconds in a thread, as Prometheus
 would: a sample holds the families the chart's alerts read, with their labels, plus `up` (1 when
 the scrape answered, 0 when it did not: what Prometheus itself writes). The e2e run marks its
-phases (a healthy PD run, traffic sent to decode alone, a broken side channel, prefill stopped), so
+phases (a healthy PD run, traffic sent to decode alone, a broken side channel, prefill stopped,
+traffic through a prefill restarted under the engine_id decode had met), so
 each phase's samples become one promtool test: the series as the engines exported them, with the
 labels the chart's PodMonitor adds (namespace, modelserving, role, pod). The recording is written
 to out/e2e/series.json; `python -m support.series` turns one into the fixture

@@ -1,0 +1,201 @@
+"""Where the time goes on the PD path (issue #28 item 3): `make ttft-split`.
+
+Starts what the e2e run starts (tests/test_e2e.py: the chart's cpu preset for a tiny model the
+run makes, real vLLM 0.13 CPU engines and NIXL, the PD proxy in vLLM's CPU image's Python), and
+sends the same streamed completions, one at a time, to:
+- one plain engine (decode's flags without the connector): the reference;
+- prefill then decode directly, as the KV canary does (the least a router must do);
+- the PD proxy (router.type proxy).
+For each request it reads both engines' /metrics before and after, and splits TTFT into router,
+prefill, KV transfer and decode's first step, and TPOT into engine and router
+(mooncake_pd.latency says how). It also measures the cores each process keeps busy while it
+serves nothing (polling threads compete with decode on a small machine). Prints the medians and
+writes them, with every request's split, to out/ttft-split/summary.json. The Kthena router
+cannot carry requests here yet (issue #28 item 2), so it has no column. Plumbing figures on 2
+cores: the ratios, not the milliseconds, carry over to a cluster.
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.client
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(REPO / "tests"), str(REPO / "scripts")]
+
+from mooncake_pd import latency, manifests  # noqa: E402
+from support.localpods import ENGINE_NICE, Network, get_text, post_json, prepare, wait_ready  # noqa: E402
+from support.pdcheck import (  # noqa: E402
+    PLAIN_PORT,
+    PROMPTS,
+    READY_TIMEOUT,
+    engine,
+    local_run,
+    make_tiny_model,
+    metrics_url,
+    plain_engine_shim,
+    render,
+)
+
+OUT = REPO / "out" / "ttft-split"
+MAX_TOKENS = 32
+PREFILL_ASK = {"do_remote_decode": True, "do_remote_prefill": False}
+
+
+def stream(base: str, body: dict[str, Any], start: float | None = None, timeout: float = 120) -> latency.ClientTiming:
+    """A streamed /v1/completions request: when each text chunk arrived, counted from `start`
+    (default: when this request is sent)."""
+    host, port = base.removeprefix("http://").split(":")
+    connection = http.client.HTTPConnection(host, int(port), timeout=timeout)
+    start = time.perf_counter() if start is None else start
+    connection.request(
+        "POST", "/v1/completions", json.dumps({**body, "stream": True}), {"Content-Type": "application/json"}
+    )
+    answer = connection.getresponse()
+    if answer.status != 200:
+        raise RuntimeError(f"{base}: HTTP {answer.status}: {answer.read()[:300]!r}")
+    times = []
+    for raw in answer:
+        line = raw.decode().strip()
+        if not line.startswith("data: ") or line == "data: [DONE]":
+            continue
+        chunk = json.loads(line[len("data: ") :])
+        if any(c.get("text") for c in chunk.get("choices") or []):
+            times.append(time.perf_counter())
+    connection.close()
+    return latency.client_timing(start, times)
+
+
+def cpu_seconds(pgid: int) -> float:
+    """User and system CPU seconds of every live process in a process group (/proc)."""
+    total = 0
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[2]) == pgid:
+            total += int(fields[11]) + int(fields[12])  # utime, stime (clock ticks)
+    return total / os.sysconf("SC_CLK_TCK")
+
+
+def idle_cpu(procs: dict[str, Any], seconds: float = 4.0) -> dict[str, float]:
+    """The cores each process group keeps busy while it serves nothing (polling threads)."""
+    before = {name: cpu_seconds(proc.popen.pid) for name, proc in procs.items()}
+    time.sleep(seconds)
+    return {name: round((cpu_seconds(proc.popen.pid) - before[name]) / seconds, 3) for name, proc in procs.items()}
+
+
+def request(prompt: str) -> dict[str, Any]:
+    # ignore_eos: every request streams MAX_TOKENS tokens, so TPOT is over the same length.
+    return {"model": "tiny", "prompt": prompt, "max_tokens": MAX_TOKENS, "temperature": 0, "ignore_eos": True}
+
+
+def direct_pd(prefill: str, decode: str, prompt: str) -> latency.ClientTiming:
+    """Prefill then decode, sent by this script itself: no router process in between."""
+    start = time.perf_counter()  # the client's TTFT runs from before the prefill request
+    ask = {**request(prompt), "max_tokens": 1, "kv_transfer_params": PREFILL_ASK}
+    first = post_json(f"{prefill}/v1/completions", ask)
+    return stream(decode, {**request(prompt), "kv_transfer_params": first["kv_transfer_params"]}, start)
+
+
+def measure(run, requests: int, values: dict[str, Any]) -> dict[str, Any]:
+    processes, base = run.processes, run.base
+    models = base / "models"
+    make_tiny_model(run, models / "tiny", base / "other-weights")
+    objects = render(models, values)
+    roles = {r["name"]: r for r in manifests.one(objects, "ModelServing")["spec"]["template"]["roles"]}
+    network = Network()
+    network.add_services(objects)
+    work = base / "pods"
+    prompts = [PROMPTS[i % len(PROMPTS)] + f" ({i})" for i in range(requests)]
+    rows: dict[str, list[dict[str, float | None]]] = {"plain engine": [], "PD direct": [], "PD proxy": []}
+
+    # The plain engine: decode's own flags without the connector.
+    _, plain_container = engine(objects, roles["decode"], work / "plain", network)
+    plain_container.env["PATH"] = f"{plain_engine_shim(base / 'plain-bin')}:{plain_container.env['PATH']}"
+    plain = processes.run(plain_container, "plain-engine", ENGINE_NICE)
+    plain_url = f"http://127.0.0.1:{PLAIN_PORT}"
+    wait_ready(plain, f"{plain_url}/health", READY_TIMEOUT)
+    stream(plain_url, request("warm up"))
+    idle = {"plain engine": idle_cpu({"engine": plain})}
+    for prompt in prompts:
+        before = get_text(f"{plain_url}/metrics")
+        timing = stream(plain_url, request(prompt))
+        rows["plain engine"].append(latency.split_plain(timing, (before, get_text(f"{plain_url}/metrics"))))
+    processes.stop(plain)
+
+    # The PD pair and the proxy, as the chart starts them.
+    started = {}
+    for name in ("prefill", "decode"):
+        _, prepared = engine(objects, roles[name], work, network)
+        started[name] = (processes.run(prepared, f"{name}-engine", ENGINE_NICE), prepared)
+    for proc, prepared in started.values():
+        wait_ready(proc, prepared.probe_url, READY_TIMEOUT)
+    proxy_spec = manifests.one(objects, "Deployment", "deepseek-pd-proxy")["spec"]["template"]["spec"]
+    proxy_container = prepare(objects, proxy_spec, proxy_spec["containers"][0], work / "proxy", network)
+    proxy = processes.run(proxy_container, "proxy")
+    wait_ready(proxy, proxy_container.probe_url, 120)
+    urls = {name: metrics_url(roles[name]).removesuffix("/metrics") for name in ("prefill", "decode")}
+    proxy_url = "http://127.0.0.1:8080"
+    # One of each first: the NIXL handshake and the first compiled shapes are not what we measure.
+    direct_pd(urls["prefill"], urls["decode"], "warm up")
+    stream(proxy_url, request("warm up"))
+    idle["PD"] = idle_cpu({"prefill": started["prefill"][0], "decode": started["decode"][0], "proxy": proxy})
+    for label, send in (
+        ("PD direct", lambda p: direct_pd(urls["prefill"], urls["decode"], p)),
+        ("PD proxy", lambda p: stream(proxy_url, request(p))),
+    ):
+        for prompt in prompts:
+            before = {name: get_text(f"{url}/metrics") for name, url in urls.items()}
+            timing = send(prompt)
+            after = {name: get_text(f"{url}/metrics") for name, url in urls.items()}
+            rows[label].append(
+                latency.split_pd(timing, (before["prefill"], after["prefill"]), (before["decode"], after["decode"]))
+            )
+    return {
+        "medians": {label: latency.medians(r) for label, r in rows.items()},
+        "requests": rows,
+        "idle_cores": idle,
+        "max_tokens": MAX_TOKENS,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--requests", type=int, default=10, help="requests per path, one at a time (default: 10)")
+    parser.add_argument(
+        "--set-json",
+        action="append",
+        default=[],
+        metavar="KEY=JSON",
+        help="a chart value on top of the e2e run's (helm --set-json), to measure what a setting costs",
+    )
+    args = parser.parse_args(argv)
+    values = {}
+    for item in args.set_json:
+        key, _, text = item.partition("=")
+        values[key] = json.loads(text)
+    result: dict[str, Any] = {}
+
+    def summary(run) -> dict[str, Any]:
+        return {**result, "wall_s": round(run.wall, 1)}
+
+    with local_run(OUT, "mooncake-pd-ttft-split-", summary) as run:
+        result.update(measure(run, args.requests, values), values=values)
+    print(latency.table(result["medians"]))
+    print("cores kept busy while idle:", json.dumps(result["idle_cores"]))
+    print(f"wrote {OUT / 'summary.json'}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
