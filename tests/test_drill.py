@@ -1,0 +1,69 @@
+"""The fault drills' judgement (mooncake_pd.drill): how a request is classed against the greedy
+reference, what a drill's recovery time is, and the thresholds docs/failure-modes.md documents
+(scripts/drills.py runs the drills on real engines: `make drills`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from mooncake_pd import drill, paths
+
+REFERENCE = ["a b c", "d e f"]
+
+
+def request(start: float, end: float, prompt: int = 0, text: str | None = "a b c", complete: bool = True):
+    return drill.Request(start, end, prompt, text, complete, "" if complete else "broken")
+
+
+def test_requests_are_ok_failed_truncated_or_silently_wrong():
+    assert drill.classify(request(0, 1), REFERENCE) == "ok"
+    assert drill.classify(request(0, 1, text=None, complete=False), REFERENCE) == "failed"
+    assert drill.classify(request(0, 1, text="a b", complete=False), REFERENCE) == "truncated"
+    # Answered in full with other text: the silent failure.
+    assert drill.classify(request(0, 1, prompt=1, text="a b c"), REFERENCE) == "wrong"
+
+
+def test_recovery_is_the_first_right_answer_to_a_request_sent_after_the_fault():
+    requests = [
+        request(1, 2),
+        request(4, 12),  # sent before the fault at 5: answered, but no proof of recovery
+        request(5.5, 6, text=None, complete=False),
+        request(6, 9.5, text="a", complete=False),
+        request(7, 9),
+        request(8, 8.5),
+    ]
+    summary = drill.summarize("prefill-killed", requests, REFERENCE, fault_at=5)
+    assert summary.counts == {"ok": 4, "failed": 1, "truncated": 1}
+    assert summary.recovery_s == 3.5 and summary.errors == ["broken"]
+    assert summary.in_flight == {"ok": 1}
+    assert drill.summarize("x", requests[:2], REFERENCE, fault_at=5).recovery_s is None
+
+
+def test_a_drill_worse_than_documented_is_named(tmp_path: Path):
+    doc = tmp_path / "failure-modes.md"
+    doc.write_text(
+        "| Drill | what | failed | truncated | wrong | recovery (s) |\n"
+        "| --- | --- | --- | --- | --- | --- |\n"
+        "| `prefill-killed` | SIGKILL | 6 | 0 | 0 | 40 |\n"
+    )
+    limits = drill.thresholds(doc)
+    assert limits == {"prefill-killed": drill.Threshold(6, 0, 0, 40.0)}
+    within = drill.Summary("prefill-killed", 20, {"ok": 14, "failed": 6}, 30.0, [], {})
+    assert drill.worse_than_documented(within, limits["prefill-killed"]) == []
+    worse = drill.Summary("prefill-killed", 20, {"ok": 10, "failed": 7, "wrong": 1}, 41.0, [], {})
+    assert drill.worse_than_documented(worse, limits["prefill-killed"]) == [
+        "prefill-killed: 7 failed requests, documented at most 6",
+        "prefill-killed: 1 wrong requests, documented at most 0",
+        "prefill-killed: recovered in 41.0 s, documented 40 s",
+    ]
+    missing = drill.worse_than_documented(within, None)
+    assert missing == ["prefill-killed: no documented threshold in docs/failure-modes.md"]
+
+
+def test_every_drill_has_its_documented_thresholds():
+    """The drills scripts/drills.py runs, each with a row in docs/failure-modes.md."""
+    limits = drill.thresholds(paths.REPO / "docs" / "failure-modes.md")
+    source = (paths.REPO / "scripts" / "drills.py").read_text()
+    for name in ("prefill-killed", "decode-killed", "proxy-killed", "prefill-restarted"):
+        assert f'"{name}"' in source and name in limits, name
+        assert limits[name].wrong == 0, f"{name}: a drill may fail requests, never answer one wrong"
