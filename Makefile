@@ -80,10 +80,11 @@ PYTEST_PARALLEL := -n 2 --dist loadfile
 RUNS ?= 3
 BUDGET ?= 150
 
-test: tools ## Run the whole test suite: unit, render and conformance tests (helm 3 and 4), the cluster tests, then the e2e.
+test: tools ## Run the whole test suite: unit, render and conformance tests (helm 3 and 4), the cluster tests, the e2e, then the fault drills.
 	$(PY) -m pytest -m "not e2e and not cluster" $(PYTEST_PARALLEL)
 	$(PY) -m pytest -m cluster
 	$(PY) -m pytest -m e2e
+	$(PY) scripts/drills.py
 
 unit: $(TEST_STAMP) $(CHECKOV_STAMP) $(E2E_STAMP) helm cluster-tools ## Everything but the cluster tests and the e2e (promtool comes with the cluster tools).
 	$(PY) -m pytest -m "not e2e and not cluster" $(PYTEST_PARALLEL)

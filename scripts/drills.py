@@ -305,6 +305,8 @@ def main(argv: list[str] | None = None) -> int:
     for problem in problems:
         print(f"worse than documented: {problem}")
     print(f"wrote {OUT / 'summary.json'}")
+    worse = {p.split(":", 1)[0] for p in problems}
+    print(f"drills: {len(result['summaries']) - len(worse)} passed, {len(worse)} failed")
     return 1 if problems else 0
 
 

@@ -105,6 +105,24 @@ def test_a_folder_other_users_cannot_enter_is_seen(tmp_path: Path):
     assert localpods.traversable_by_others(Path("/usr/bin"))
 
 
+def test_staged_copies_of_checkouts_that_are_gone_are_removed(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
+    """A staged root's hard links keep its checkout's venv on the disk after the checkout is
+    deleted (a CI clone): the next staging removes those whose checkout is gone."""
+    from support import localpods
+
+    monkeypatch.setattr(localpods, "STAGED_DIR", tmp_path)
+    roots = {name: tmp_path / f"{localpods.STAGED_PREFIX}{name}" for name in ("live", "gone", "legacy")}
+    for root in roots.values():
+        (root / "e2e").mkdir(parents=True)
+        Path(f"{root}.lock").touch()
+    (roots["live"] / ".checkout").write_text(str(paths.REPO))
+    (roots["gone"] / ".checkout").write_text(str(tmp_path / "deleted-clone"))
+    localpods.prune_staged()
+    assert roots["live"].is_dir() and Path(f"{roots['live']}.lock").exists()
+    assert not roots["gone"].exists() and not Path(f"{roots['gone']}.lock").exists()
+    assert not roots["legacy"].exists()
+
+
 @pytest.mark.parametrize("version", paths.HELM_VERSIONS)
 def test_a_misspelt_values_key_gets_a_did_you_mean(tmp_path: Path, version: str):
     values = tmp_path / "values.yaml"

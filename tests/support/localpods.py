@@ -102,6 +102,7 @@ def staged_root() -> Path | None:
     of the image Pythons (.tools/e2e, .tools/ascend-overlay) and a copy of the vendored files,
     made once per checkout and state of the venvs, with the venv's scripts' `#!` lines pointing
     at the staged Python. Hard links take about a second for the 66,000 files of the venv."""
+    prune_staged()
     if traversable_by_others(paths.REPO.resolve()):
         return None
     sources = [E2E_VENV, ASCEND_OVERLAY, SLIM_PYTHON, VENDORED_PROXY.parent]
@@ -111,7 +112,7 @@ def staged_root() -> Path | None:
             if marker.exists():
                 state.update(f"{marker}:{marker.stat().st_mtime_ns}".encode())
     checkout = hashlib.sha256(str(paths.REPO.resolve()).encode()).hexdigest()[:12]
-    root = Path("/var/tmp") / f"mooncake-pd-images-{checkout}"
+    root = STAGED_DIR / f"{STAGED_PREFIX}{checkout}"
     stamp = root / ".staged"
     with open(f"{root}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # xdist workers stage once
@@ -131,8 +132,28 @@ def staged_root() -> Path | None:
                     script.unlink()  # a hard link: the checkout's copy stays as it is
                     script.write_bytes(new.encode() + text[len(old) :])
                     script.chmod(mode)
+        (root / ".checkout").write_text(str(paths.REPO.resolve()))
         stamp.write_text(state.hexdigest())
     return root
+
+
+STAGED_DIR = Path("/var/tmp")
+STAGED_PREFIX = "mooncake-pd-images-"
+
+
+def prune_staged() -> None:
+    """Remove the staged roots of checkouts that are gone (a CI clone, a fresh-clone check): their
+    hard links would keep that checkout's 8 GB venv on the disk for good. Seen: four of them
+    held 33 GB and filled the disk under a later CI run. A root says whose it is (.checkout);
+    one that does not is from before this was recorded, and is staged again when used."""
+    for root in STAGED_DIR.glob(f"{STAGED_PREFIX}*"):
+        if not root.is_dir():
+            continue
+        owner = root / ".checkout"
+        checkout = Path(owner.read_text().strip()) if owner.is_file() else None
+        if checkout is None or not (checkout / "chart" / "Chart.yaml").is_file():
+            shutil.rmtree(root, ignore_errors=True)
+            Path(f"{root}.lock").unlink(missing_ok=True)
 
 
 def _staged(path: Path) -> Path:
