@@ -23,6 +23,7 @@ it started is stopped on the way out.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import http.client
 import json
 import os
@@ -38,19 +39,18 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(REPO / "tests"), str(REPO / "scripts")]
 
-from mooncake_pd import drill, manifests  # noqa: E402
-from support.localpods import ENGINE_NICE, Network, prepare, wait_ready  # noqa: E402
+from mooncake_pd import drill  # noqa: E402
+from support.localpods import ENGINE_NICE, wait_ready  # noqa: E402
 from support.pdcheck import (  # noqa: E402
     MAX_TOKENS,
-    PLAIN_PORT,
     PROMPTS,
     READY_TIMEOUT,
     completions,
     engine,
     local_run,
-    make_tiny_model,
-    plain_engine_shim,
-    render,
+    pd_setup,
+    proxy_container,
+    start_plain_engine,
 )
 
 OUT = REPO / "out" / "drills"
@@ -169,37 +169,24 @@ class Liveness:
                 failures = 0
 
 
-def kill(proc, sig: int) -> None:
-    try:
-        os.killpg(proc.popen.pid, sig)
-    except ProcessLookupError:
-        return
-    try:
-        proc.popen.wait(timeout=30)
-    except Exception:  # the harness's stop() kills what is left
+def kill(proc) -> None:
+    """SIGKILL to the process group at once (a crash); Processes.stop reaps it afterwards."""
+    with contextlib.suppress(ProcessLookupError):
         os.killpg(proc.popen.pid, signal.SIGKILL)
 
 
 def run_drills(run, only: set[str] | None) -> dict[str, Any]:
-    processes, base = run.processes, run.base
-    models = base / "models"
-    make_tiny_model(run, models / "tiny", base / "other-weights")
-    objects = render(models)
-    roles = {r["name"]: r for r in manifests.one(objects, "ModelServing")["spec"]["template"]["roles"]}
-    network = Network()
-    network.add_services(objects)
-    work = base / "pods"
-
-    _, plain_container = engine(objects, roles["decode"], work / "plain", network)
-    plain_container.env["PATH"] = f"{plain_engine_shim(base / 'plain-bin')}:{plain_container.env['PATH']}"
-    plain = processes.run(plain_container, "plain-engine", ENGINE_NICE)
-    wait_ready(plain, f"http://127.0.0.1:{PLAIN_PORT}/health", READY_TIMEOUT)
-    reference, _ = completions(f"http://127.0.0.1:{PLAIN_PORT}", concurrent=False)
+    processes = run.processes
+    setup = pd_setup(run)
+    roles = setup.roles
+    plain, plain_url = start_plain_engine(run, setup)
+    reference, _ = completions(plain_url, concurrent=False)
     processes.stop(plain)
 
-    containers = {name: engine(objects, roles[name], work, network)[1] for name in ("prefill", "decode")}
-    spec = manifests.one(objects, "Deployment", "deepseek-pd-proxy")["spec"]["template"]["spec"]
-    containers["proxy"] = prepare(objects, spec, spec["containers"][0], work / "proxy", network)
+    containers = {
+        name: engine(setup.objects, roles[name], setup.work, setup.network)[1] for name in ("prefill", "decode")
+    }
+    containers["proxy"] = proxy_container(setup)
     procs: dict[str, Any] = {}
     starts: dict[str, int] = {}
 
@@ -231,7 +218,7 @@ def run_drills(run, only: set[str] | None) -> dict[str, Any]:
             kubelet = kubelets.get(name)  # the proxy's is not played: its probe is not /health
             if kubelet:
                 kubelet.paused.set()
-            kill(procs[name], signal.SIGKILL)
+            kill(procs[name])
             relive(name)
             if kubelet:
                 kubelet.paused.clear()

@@ -29,18 +29,17 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(REPO / "tests"), str(REPO / "scripts")]
 
-from mooncake_pd import latency, manifests  # noqa: E402
-from support.localpods import ENGINE_NICE, Network, get_text, post_json, prepare, wait_ready  # noqa: E402
+from mooncake_pd import latency  # noqa: E402
+from support.localpods import ENGINE_NICE, get_text, post_json, wait_ready  # noqa: E402
 from support.pdcheck import (  # noqa: E402
-    PLAIN_PORT,
     PROMPTS,
     READY_TIMEOUT,
     engine,
     local_run,
-    make_tiny_model,
     metrics_url,
-    plain_engine_shim,
-    render,
+    pd_setup,
+    proxy_container,
+    start_plain_engine,
 )
 
 OUT = REPO / "out" / "ttft-split"
@@ -108,23 +107,13 @@ def direct_pd(prefill: str, decode: str, prompt: str) -> latency.ClientTiming:
 
 
 def measure(run, requests: int, values: dict[str, Any]) -> dict[str, Any]:
-    processes, base = run.processes, run.base
-    models = base / "models"
-    make_tiny_model(run, models / "tiny", base / "other-weights")
-    objects = render(models, values)
-    roles = {r["name"]: r for r in manifests.one(objects, "ModelServing")["spec"]["template"]["roles"]}
-    network = Network()
-    network.add_services(objects)
-    work = base / "pods"
+    processes = run.processes
+    setup = pd_setup(run, values)
     prompts = [PROMPTS[i % len(PROMPTS)] + f" ({i})" for i in range(requests)]
     rows: dict[str, list[dict[str, float | None]]] = {"plain engine": [], "PD direct": [], "PD proxy": []}
 
     # The plain engine: decode's own flags without the connector.
-    _, plain_container = engine(objects, roles["decode"], work / "plain", network)
-    plain_container.env["PATH"] = f"{plain_engine_shim(base / 'plain-bin')}:{plain_container.env['PATH']}"
-    plain = processes.run(plain_container, "plain-engine", ENGINE_NICE)
-    plain_url = f"http://127.0.0.1:{PLAIN_PORT}"
-    wait_ready(plain, f"{plain_url}/health", READY_TIMEOUT)
+    plain, plain_url = start_plain_engine(run, setup)
     stream(plain_url, request("warm up"))
     idle = {"plain engine": idle_cpu({"engine": plain})}
     for prompt in prompts:
@@ -136,15 +125,14 @@ def measure(run, requests: int, values: dict[str, Any]) -> dict[str, Any]:
     # The PD pair and the proxy, as the chart starts them.
     started = {}
     for name in ("prefill", "decode"):
-        _, prepared = engine(objects, roles[name], work, network)
+        _, prepared = engine(setup.objects, setup.roles[name], setup.work, setup.network)
         started[name] = (processes.run(prepared, f"{name}-engine", ENGINE_NICE), prepared)
     for proc, prepared in started.values():
         wait_ready(proc, prepared.probe_url, READY_TIMEOUT)
-    proxy_spec = manifests.one(objects, "Deployment", "deepseek-pd-proxy")["spec"]["template"]["spec"]
-    proxy_container = prepare(objects, proxy_spec, proxy_spec["containers"][0], work / "proxy", network)
-    proxy = processes.run(proxy_container, "proxy")
-    wait_ready(proxy, proxy_container.probe_url, 120)
-    urls = {name: metrics_url(roles[name]).removesuffix("/metrics") for name in ("prefill", "decode")}
+    proxy_ready = proxy_container(setup)
+    proxy = processes.run(proxy_ready, "proxy")
+    wait_ready(proxy, proxy_ready.probe_url, 120)
+    urls = {name: metrics_url(setup.roles[name]).removesuffix("/metrics") for name in ("prefill", "decode")}
     proxy_url = "http://127.0.0.1:8080"
     # One of each first: the NIXL handshake and the first compiled shapes are not what we measure.
     direct_pd(urls["prefill"], urls["decode"], "warm up")

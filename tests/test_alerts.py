@@ -51,9 +51,12 @@ def promtool() -> Path:
     return binary
 
 
-def rule_groups(rule: dict[str, Any], values: tuple[Path, ...] = (CPU_PRESET,)) -> list[dict[str, Any]]:
-    """The PrometheusRule's groups as the chart renders them."""
+def rule_groups(
+    rule: dict[str, Any], values: tuple[Path, ...] = (CPU_PRESET,), more: dict[str, Any] | None = None
+) -> list[dict[str, Any]]:
+    """The PrometheusRule's groups as the chart renders them (`more`: other values on top)."""
     overrides = {"metrics": {"podMonitor": {"enabled": True}, "prometheusRule": {"enabled": True, **rule}}}
+    overrides.update(more or {})
     objects = manifests.parse(helm.template(paths.helm_binary(), values, overrides))
     return manifests.one(objects, "PrometheusRule")["spec"]["groups"]
 
@@ -224,17 +227,8 @@ def test_the_kv_canary_alert_on_kube_state_metrics_series(tmp_path: Path):
     (docs/metrics/workload/cronjob-metrics.md). With a run every minute and a 60 s deadline the
     alert waits 180 s: it fires when the last success is older, and when the CronJob has run that
     long with no success at all; a fresh CronJob and one that keeps passing stay silent."""
-    overrides = {
-        "test": {"kvCanary": {"cronJob": {"enabled": True, "intervalMinutes": 1, "activeDeadlineSeconds": 60}}}
-    }
-    objects = manifests.parse(
-        helm.template(
-            paths.helm_binary(),
-            (CPU_PRESET,),
-            {**overrides, "metrics": {"podMonitor": {"enabled": True}, "prometheusRule": {"enabled": True, **SCALED}}},
-        )
-    )
-    groups = manifests.one(objects, "PrometheusRule")["spec"]["groups"]
+    canary = {"cronJob": {"enabled": True, "intervalMinutes": 1, "activeDeadlineSeconds": 60}}
+    groups = rule_groups(SCALED, more={"test": {"kvCanary": canary}})
     cron = 'namespace="default",cronjob="deepseek-pd-kv-canary"'
     labels = {"namespace": "default", "cronjob": "deepseek-pd-kv-canary", "modelserving": "deepseek-pd"}
     alert = "MooncakePdKvCanaryFailing"

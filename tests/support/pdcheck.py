@@ -20,7 +20,18 @@ from typing import Any
 import pytest
 
 from mooncake_pd import engines, helm, manifests, paths, verify
-from support.localpods import E2E_VENV, Container, Network, Processes, post_json, prepare, run_to_end
+from support.localpods import (
+    E2E_VENV,
+    ENGINE_NICE,
+    Container,
+    Network,
+    Proc,
+    Processes,
+    post_json,
+    prepare,
+    run_to_end,
+    wait_ready,
+)
 
 TINY_MODEL = Path(__file__).resolve().parents[1] / "e2e" / "tiny_model.py"
 PRESET = paths.VALUES_DIR / "qwen2.5-0.5b-instruct-cpu-1p1d.yaml"
@@ -215,3 +226,41 @@ os.execv("{E2E_VENV / "bin" / "vllm"}", ["vllm", *out])
     )
     shim.chmod(0o755)
     return folder
+
+
+@dataclass
+class PdSetup:
+    """A run's render of the cpu preset for its tiny model, with cluster DNS for its Services."""
+
+    objects: list[manifests.Manifest]
+    roles: dict[str, dict[str, Any]]
+    network: Network
+    work: Path
+
+
+def pd_setup(run: LocalRun, values: dict[str, Any] | None = None) -> PdSetup:
+    """The tiny model made under the run's folder and the chart rendered for it (scripts/
+    ttft_split.py and scripts/drills.py start from here)."""
+    models = run.base / "models"
+    make_tiny_model(run, models / "tiny", run.base / "other-weights")
+    objects = render(models, values)
+    roles = {r["name"]: r for r in manifests.one(objects, "ModelServing")["spec"]["template"]["roles"]}
+    network = Network()
+    network.add_services(objects)
+    return PdSetup(objects, roles, network, run.base / "pods")
+
+
+def start_plain_engine(run: LocalRun, setup: PdSetup) -> tuple[Proc, str]:
+    """Decode's flags without the connector on PLAIN_PORT, ready: (its process, its base URL)."""
+    _, container = engine(setup.objects, setup.roles["decode"], setup.work / "plain", setup.network)
+    container.env["PATH"] = f"{plain_engine_shim(run.base / 'plain-bin')}:{container.env['PATH']}"
+    proc = run.processes.run(container, "plain-engine", ENGINE_NICE)
+    url = f"http://127.0.0.1:{PLAIN_PORT}"
+    wait_ready(proc, f"{url}/health", READY_TIMEOUT)
+    return proc, url
+
+
+def proxy_container(setup: PdSetup) -> Container:
+    """The PD proxy's container, ready to run here."""
+    spec = manifests.one(setup.objects, "Deployment", "deepseek-pd-proxy")["spec"]["template"]["spec"]
+    return prepare(setup.objects, spec, spec["containers"][0], setup.work / "proxy", setup.network)
