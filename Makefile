@@ -21,7 +21,7 @@ CHECKOV_STAMP := .tools/checkov/.installed
 E2E_STAMP := .tools/e2e/.installed .tools/ascend-overlay/.installed .tools/python-slim/.installed
 CHART_VERSION = $(shell sed -n 's/^version: *//p' chart/Chart.yaml)
 
-.PHONY: help tools helm render test unit test-time drills ttft-split e2e e2e-2p1d e2e-venv conformance fuzz golden schema docs lint package clean \
+.PHONY: help tools helm render test unit test-time drills ttft-split e2e e2e-2p1d e2e-kthena e2e-venv conformance fuzz golden schema docs lint package clean \
 	cluster-tools cluster-up cluster-down cluster-test
 
 help: ## List the targets.
@@ -99,6 +99,9 @@ e2e: $(TEST_STAMP) $(E2E_STAMP) helm cluster-tools ## Real vLLM CPU engines star
 
 e2e-2p1d: $(TEST_STAMP) $(E2E_STAMP) helm ## Only the e2e's 2P1D run: two prefill engines and one decode at their own loopback addresses.
 	$(PY) -m pytest -m e2e_2p1d
+
+e2e-kthena: $(TEST_STAMP) $(E2E_STAMP) helm cluster-tools ## Only the e2e's Kthena run: the pods Kthena creates run as processes, Kthena's router carries the requests (out/e2e-kthena/).
+	$(PY) -m pytest -m e2e_kthena
 
 drills: $(TEST_STAMP) $(E2E_STAMP) helm ## Fault drills under a bounded load on real CPU engines (prefill, decode, proxy killed; prefill restarted): out/drills/, held against docs/failure-modes.md.
 	$(PY) scripts/drills.py

@@ -7,6 +7,8 @@ Kthena v1.0.0, Volcano (generated from volcano.sh/apis) and the Prometheus Opera
 
 What does not run: kubelet, a container runtime, CNI, kube-proxy, devices. KWOK plays each node's
 kubelet: pods bound to its nodes get an IP and turn Running and Ready without running anything.
+Where the e2e needs the pods to run, its process kubelet (kubelet.py) registers nodes of its own
+and runs their pods as processes; Kthena's router starts on demand (start_router).
 
 Everything binds loopback and lives in one folder (`Cluster.folder`); every wait is bounded;
 `down()` stops every process by PID (its process group), also after a failure. `make cluster-up`
@@ -315,6 +317,62 @@ class Cluster:
         for obj in _webhooks(self.ca.read_bytes(), hook_port):
             api.apply(obj)
 
+    def start_router(self, upstreams: list[tuple[str, int]]) -> str:
+        """Kthena v1.0.0's router, as its chart runs it (charts/kthena/charts/networking/templates/
+        kthena-router/component/deployment.yaml: --port, --debug-port, its scheduler configuration
+        at /etc/config/routerConfiguration.yaml), without its webhook, in a network namespace of
+        its own. It reaches the API server and every `upstreams` (address, port) of the engine
+        pods at their own loopback addresses through relays; its port 8080 is reached from the
+        host at the URL returned. It discovers the pods itself, from the ModelServers it watches."""
+        kthena = build.components()["kthena"]
+        home = (self.folder / "kthena-router").resolve()
+        account = home / "serviceaccount"
+        account.mkdir(parents=True, exist_ok=True)
+        (account / "token").write_text(ADMIN_TOKEN)
+        (account / "ca.crt").write_bytes(self.ca.read_bytes())
+        (account / "namespace").write_text(KTHENA_NAMESPACE)
+        self.ports["kthena-router"] = port = free_port()
+        api_port = self.ports["apiserver"]
+        outside = [f"unix:{home / 'apiserver.sock'}=tcp:127.0.0.1:{api_port}"]
+        outside.append(f"tcp:127.0.0.1:{port}=unix:{home / 'router.sock'}")
+        inside = [f"tcp:127.0.0.1:{api_port}=unix:{home / 'apiserver.sock'}"]
+        inside.append(f"unix:{home / 'router.sock'}=tcp:127.0.0.1:{ROUTER_PORT}")
+        for address, upstream in upstreams:
+            sock = home / f"pod-{address}-{upstream}.sock"
+            outside.append(f"unix:{sock}=tcp:{address}:{upstream}")
+            inside.append(f"tcp:{address}:{upstream}=unix:{sock}")
+        self.start("kthena-router-relay", [sys.executable, str(RELAY), *outside])
+        upper, work = home / "etc-upper", home / "etc-work"
+        upper.mkdir(exist_ok=True)
+        work.mkdir(exist_ok=True)
+        # The router reads its configuration from a fixed path under /etc: an overlay of the
+        # host's /etc in its mount namespace holds it, the host's /etc stays as it is.
+        setup = [
+            f"mount -t overlay overlay -o {shlex.quote(f'lowerdir=/etc,upperdir={upper},workdir={work}')} /etc",
+            "mkdir -p /etc/config",
+            f"cp {shlex.quote(str(ROUTER_CONFIG))} /etc/config/routerConfiguration.yaml",
+        ]
+        argv = [
+            str(kthena.binary("kthena-router")),
+            "--port", str(ROUTER_PORT), "--debug-port", str(ROUTER_DEBUG_PORT), "--enable-webhook=false",
+        ]  # fmt: skip
+        env = {
+            "KUBERNETES_SERVICE_HOST": "127.0.0.1",
+            "KUBERNETES_SERVICE_PORT": str(api_port),
+            "POD_NAMESPACE": KTHENA_NAMESPACE,
+        }
+        self.start("kthena-router", isolated(argv, inside, account, home / "run.sh", setup=setup), env)
+        base = f"http://127.0.0.1:{port}"
+
+        def listening() -> bool:
+            self.alive("kthena-router")
+            with socket.create_connection(("127.0.0.1", port), timeout=2) as conn:
+                conn.sendall(b"GET /healthz HTTP/1.0\r\n\r\n")
+                return conn.recv(12).startswith(b"HTTP/1.")
+
+        wait_for("Kthena's router listening", listening, START_TIMEOUT)
+        return base
+
     def _write_kubeconfig(self) -> None:
         config = {
             "apiVersion": "v1",
@@ -422,6 +480,12 @@ POD_CIDR = "10.0.0.1/16"
 LOCAL_NETS = ("10.0.0.0/16", "10.1.0.0/16")
 # The engine ports the autoscaling presets' metric sources scrape (values/*autoscaling*).
 METRICS_PORTS = (7100,)
+# The router's ports inside its namespace (its chart's defaults), and its scheduler configuration:
+# the one Kthena v1.0.0's chart installs (charts/kthena/charts/networking/templates/kthena-router/
+# component/configmap.yaml), copied with that provenance.
+ROUTER_PORT = 8080
+ROUTER_DEBUG_PORT = 15000
+ROUTER_CONFIG = build.CLUSTER / "kthena" / "router-configuration.yaml"
 
 
 NODES = build.CLUSTER / "nodes.yaml"
@@ -524,11 +588,16 @@ def _webhooks(ca_pem: bytes, port: int) -> list[dict[str, Any]]:
 
 
 def isolated(
-    argv: list[str], relays: list[str], service_account: Path, script: Path, beside: tuple[list[str], ...] = ()
+    argv: list[str],
+    relays: list[str],
+    service_account: Path,
+    script: Path,
+    beside: tuple[list[str], ...] = (),
+    setup: list[str] | None = None,
 ) -> list[str]:
     """`argv` in a network and mount namespace of its own: only its loopback (brought up), a relay
     (relay.py `relays` pairs) beside it inside, and client-go's in-cluster files copied from
-    `service_account`; the wrapper is written to `script`. Needs root, or an unprivileged user
+    `service_account`, then the `setup` lines; the wrapper is written to `script`. Needs root, or an unprivileged user
     namespace (unshare --map-root-user) where the machine allows one."""
     relay = shlex.join([sys.executable, str(RELAY), *relays])
     script.write_text("\n".join([
@@ -540,6 +609,7 @@ def isolated(
         "mount -t tmpfs tmpfs /run",
         f"mkdir -p {SERVICE_ACCOUNT_DIR}",
         f"cp {shlex.quote(str(service_account))}/* {SERVICE_ACCOUNT_DIR}/",
+        *(setup or []),
         f"{relay} &",
         *(f"{shlex.join(command)} &" for command in beside),
         f"exec {shlex.join(argv)}",

@@ -1,10 +1,12 @@
 """A byte relay between TCP on loopback and Unix sockets: `python relay.py LISTEN=TARGET ...`,
-each endpoint `tcp:127.0.0.1:PORT` or `unix:PATH`.
+each endpoint `tcp:127.x.y.z:PORT` (a loopback address) or `unix:PATH`.
 
 Why: Kthena's controller-manager and router listen on every interface (":8443"); the tests bind
 loopback only, so those binaries run in a network namespace of their own (only its loopback) and
 reach, and are reached from, the host's loopback through Unix sockets in the cluster folder, which
-no network namespace separates. One relay runs inside the namespace, one outside.
+no network namespace separates. One relay runs inside the namespace, one outside. The Kthena
+router reaches the engine pods of the process kubelet (kubelet.py) at their own loopback
+addresses (127.0.10.1, ...) the same way.
 """
 
 from __future__ import annotations
@@ -20,8 +22,8 @@ def _parse(endpoint: str) -> tuple[str, str, int]:
     if kind == "unix":
         return kind, rest, 0
     host, _, port = rest.rpartition(":")
-    if kind != "tcp" or host != "127.0.0.1":
-        raise SystemExit(f"relay: {endpoint}: use tcp:127.0.0.1:PORT or unix:PATH")
+    if kind != "tcp" or not host.startswith("127."):
+        raise SystemExit(f"relay: {endpoint}: use tcp:127.x.y.z:PORT (loopback only) or unix:PATH")
     return kind, host, int(port)
 
 

@@ -1,0 +1,337 @@
+"""The Kthena router carries requests to the engine pods Kthena created (issue #28 items 1 and 2;
+part of `make e2e`, hence `make test`; alone: `make e2e-kthena`).
+
+On the local cluster (tests/support/kube), the chart with `router.type: kthena` is applied as
+rendered. Kthena v1.0.0's controller makes the engine pods of the ModelServing, kube-scheduler
+binds them to two nodes of the process kubelet (tests/support/kube/kubelet.py), which runs each
+pod's container as a process with the env resolved from the pod object and the start script from
+the ConfigMap the API server holds, at the pod's own loopback address, and sets the pod Ready
+from the rendered readiness probe. Kthena v1.0.0's router, in a network namespace of its own,
+discovers those pods through the API server (the rendered ModelServer and ModelRoute) and sends
+each request to a prefill pod and then to the decode pod of its group, NIXL moving the KV cache.
+
+The proof is the proxy path's (tests/test_e2e.py): greedy outputs through the router equal a
+plain engine's, and decode's metrics count a NIXL transfer and every prompt token as external
+hits; chat, streamed completions, the helm-test pod's chat check and KV canary, and the
+benchmark Job's script run against the router too. Then a prefill replica is added by hand
+(the role's replicas, as the autoscaler patches them): Kthena creates the pod, the kubelet runs
+it, and the router sends it requests; measured, with the whole run's figures, in
+out/e2e-kthena/summary.json.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.request
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+
+from mooncake_pd import manifests, paths, verify
+from support.kube.api import Client, wait_for
+from support.kube.cluster import apply_all
+from support.kube.kubelet import ProcessKubelet, scheduling_values
+from support.localpods import Network, get_text, post_json, prepare, run_to_end
+from support.pdcheck import (
+    MAX_TOKENS,
+    PROMPTS,
+    READY_TIMEOUT,
+    LocalRun,
+    completions,
+    judge,
+    local_run,
+    pd_setup,
+    start_plain_engine,
+)
+
+pytestmark = [pytest.mark.e2e, pytest.mark.e2e_kthena]
+
+OUT = paths.REPO / "out" / "e2e-kthena"
+PORT = 7100  # one workloadPort for both roles (the chart requires it with router.type kthena)
+PROMPT_TOKENS = "vllm:prompt_tokens_total"
+CHAT = [{"role": "user", "content": "What is the capital of France?"}]
+LABEL = "modelserving.volcano.sh"
+# What the router needs of the chart: its type, one port for both roles (the ModelServer has one
+# workloadPort), and the pods on the process kubelet's nodes. The readiness probe's delay is
+# shortened (the engines are ready sooner than the 60 s it waits by default).
+VALUES: dict[str, Any] = {
+    "router.type": "kthena",
+    "decode.port": PORT,
+    "decode.kvPort": 18000,
+    **{f"{role}.{key}": value for role in ("prefill", "decode") for key, value in scheduling_values().items()},
+    "prefill.readinessProbe.initialDelaySeconds": 5,
+    "decode.readinessProbe.initialDelaySeconds": 5,
+}
+
+
+@dataclass
+class RouterRun:
+    reference: list[str] = field(default_factory=list)
+    reference_chat: str = ""
+    outputs: dict[str, list[str]] = field(default_factory=dict)
+    problems: dict[str, list[str]] = field(default_factory=dict)
+    chat: str = ""
+    stream: tuple[str, bool] = ("", False)
+    helm_test: tuple[int, str] = (0, "")
+    canary: tuple[int, str] = (0, "")
+    bench: tuple[int, str] = (0, "")
+    pods: dict[str, str] = field(default_factory=dict)
+    added: dict[str, Any] = field(default_factory=dict)
+    kubelet_events: list[tuple[float, str]] = field(default_factory=list)
+    kubelet_errors: list[str] = field(default_factory=list)
+    timings: dict[str, float] = field(default_factory=dict)
+    peak_rss: int = 0
+
+
+@pytest.fixture(scope="module")
+def routed(cluster) -> RouterRun:
+    result = RouterRun()
+
+    def summary(run: LocalRun) -> dict[str, Any]:
+        result.peak_rss, result.timings["wall"] = run.peak_rss, run.wall
+        return {
+            "timings_s": {k: round(v, 1) for k, v in result.timings.items()},
+            "peak_rss_gib": round(result.peak_rss / 2**30, 2),
+            "pods": result.pods,
+            "problems": result.problems,
+            "added_replica": result.added,
+            "kubelet_events": result.kubelet_events,
+            "kubelet_errors": result.kubelet_errors,
+        }
+
+    with local_run(OUT, "mooncake-pd-kthena-", summary) as run:
+        _run(result, run, cluster)
+    return result
+
+
+def chat(base: str) -> str:
+    body = {"model": "tiny", "messages": CHAT, "max_tokens": MAX_TOKENS, "temperature": 0}
+    answer = post_json(f"{base}/v1/chat/completions", body)
+    return str(answer["choices"][0]["message"]["content"])
+
+
+def streamed(base: str, prompt: str) -> tuple[str, bool]:
+    """(the text of a streamed completion, whether it ended with [DONE])."""
+    body = {"model": "tiny", "prompt": prompt, "max_tokens": MAX_TOKENS, "temperature": 0, "stream": True}
+    request = urllib.request.Request(
+        f"{base}/v1/completions", json.dumps(body).encode(), {"Content-Type": "application/json"}
+    )
+    text, done = [], False
+    with urllib.request.urlopen(request, timeout=120) as answer:
+        for raw in answer:
+            line = raw.decode().strip()
+            if line == "data: [DONE]":
+                done = True
+            elif line.startswith("data: "):
+                text.append("".join(c.get("text", "") for c in json.loads(line[6:]).get("choices", [])))
+    return "".join(text), done
+
+
+def engine_pods(api: Client) -> dict[str, dict[str, Any]]:
+    pods = api.list("v1", "Pod", "default", labelSelector=f"{LABEL}/name={paths.RELEASE}")
+    return {p["metadata"]["name"]: p for p in pods if not p["metadata"].get("deletionTimestamp")}
+
+
+def ready(pod: dict[str, Any]) -> bool:
+    conditions = {c["type"]: c["status"] for c in (pod.get("status") or {}).get("conditions") or []}
+    return conditions.get("Ready") == "True"
+
+
+def wait_ready_pods(api: Client, names: set[str], timeout: float) -> dict[str, dict[str, Any]]:
+    def all_ready() -> dict[str, dict[str, Any]] | None:
+        pods = engine_pods(api)
+        return pods if set(pods) == names and all(ready(p) for p in pods.values()) else None
+
+    return wait_for(f"pods {sorted(names)} Ready", all_ready, timeout, interval=1)
+
+
+def role_of(pod: dict[str, Any]) -> str:
+    return str(pod["metadata"]["labels"][f"{LABEL}/role"])
+
+
+def metrics(pod: dict[str, Any]) -> str:
+    return get_text(f"http://{pod['status']['podIP']}:{PORT}/metrics")
+
+
+def _run(result: RouterRun, run: LocalRun, cluster) -> None:
+    clock = time.monotonic()
+    setup = pd_setup(run, VALUES)
+    result.timings["model_and_render"] = time.monotonic() - clock
+
+    # 1. The reference: decode's flags without the connector, on one plain engine.
+    clock = time.monotonic()
+    plain, plain_url = start_plain_engine(run, setup)
+    result.reference, _ = completions(plain_url, concurrent=False)
+    result.reference_chat = chat(plain_url)
+    run.processes.stop(plain)
+    result.timings["plain_engine"] = time.monotonic() - clock
+
+    # 2. The release as rendered (its helm hooks, the test pod and the benchmark Job, are run
+    # below as processes against the router), and the pods Kthena makes of it.
+    api = cluster.client()
+    kubelet = ProcessKubelet(api, run.processes, run.base / "kubelet")
+    try:
+        _with_kubelet(result, run, cluster, api, kubelet, setup)
+    finally:
+        kubelet.close()
+        result.kubelet_events, result.kubelet_errors = kubelet.events, kubelet.errors
+        for obj in reversed(setup.objects):
+            if obj["kind"] in ("ModelServing", "ModelServer", "ModelRoute", "ConfigMap"):
+                api.delete(obj)
+        for node in kubelet.node_objects():
+            api.delete(node)
+
+
+def _with_kubelet(result: RouterRun, run: LocalRun, cluster, api: Client, kubelet: ProcessKubelet, setup) -> None:
+    clock = time.monotonic()
+    kubelet.start()
+    hooks = {"Pod", "Job"}
+    apply_all(api, [o for o in setup.objects if o["kind"] not in hooks])
+    group = f"{paths.RELEASE}-0"
+    names = {f"{group}-prefill-0-0", f"{group}-decode-0-0"}
+    pods = wait_ready_pods(api, names, 2 * READY_TIMEOUT)
+    result.pods = {name: f"{p['spec']['nodeName']} {p['status']['podIP']} {_owner(p)}" for name, p in pods.items()}
+    result.timings["pods_ready"] = time.monotonic() - clock
+
+    clock = time.monotonic()
+    router = cluster.start_router([(address, PORT) for address in kubelet.addresses()])
+    result.timings["router_started"] = time.monotonic() - clock
+    clock = time.monotonic()
+
+    def answers() -> bool:
+        return bool(completions_one(router, PROMPTS[0]))
+
+    wait_for("a completion through Kthena's router", answers, 120, interval=2)
+    result.timings["router_routes"] = time.monotonic() - clock
+
+    # 3. The proof, sequential and four at a time.
+    decode = next(p for p in pods.values() if role_of(p) == "decode")
+    for mode in ("sequential", "concurrent"):
+        before = metrics(decode)
+        outputs, tokens = completions(router, concurrent=mode == "concurrent")
+        result.outputs[mode] = outputs
+        result.problems[mode] = judge(result.reference, outputs, before, metrics(decode), tokens)
+    result.chat = chat(router)
+    result.stream = streamed(router, PROMPTS[3])
+
+    # 4. The helm hooks as processes against the router: the test pod's chat check and canary,
+    # the benchmark Job. Cluster DNS: the router's Service leads to the router, the replica
+    # Services to their pods.
+    network = Network()
+    network.add_services(setup.objects)
+    network.add("kthena-router.kthena-system.svc", 80, int(router.rsplit(":", 1)[1]))
+    for name, pod in pods.items():
+        service = f"{name.removesuffix('-0')}.default.svc"
+        network.add(service, PORT, PORT)
+        network.add_address(service, pod["status"]["podIP"])
+    clock = time.monotonic()
+    result.helm_test = _test_pod(setup.objects, "chat", run, network)
+    result.canary = _test_pod(setup.objects, "kv-canary", run, network)
+    job = next(o for o in setup.objects if o["kind"] == "Job")
+    spec = job["spec"]["template"]["spec"]
+    container = prepare(setup.objects, spec, spec["containers"][0], setup.work / "bench", network)
+    result.bench = run_to_end(run.processes, container, 600, "benchmark")
+    result.timings["hooks"] = time.monotonic() - clock
+
+    # 5. A prefill replica added by hand, as the autoscaler patches the role's replicas.
+    clock = time.monotonic()
+    modelserving = manifests.one(setup.objects, "ModelServing")
+    for role in modelserving["spec"]["template"]["roles"]:
+        if role["name"] == "prefill":
+            role["replicas"] = 2
+    api.apply(modelserving)
+    names.add(f"{group}-prefill-1-0")
+    pods = wait_ready_pods(api, names, 2 * READY_TIMEOUT)
+    result.timings["added_replica_ready"] = time.monotonic() - clock
+    prefills = {name: p for name, p in pods.items() if role_of(p) == "prefill"}
+    before = {name: metrics(p) for name, p in prefills.items()}
+    decode_before = metrics(decode)
+    clock = time.monotonic()
+    deadline = time.monotonic() + 120
+    rounds = 0
+    # Until the router has sent the new replica a request (it learns of it from the API server
+    # and scores it on its metrics), at most 120 s and 6 rounds of the prompts, four at a time.
+    while rounds < 6 and time.monotonic() < deadline:
+        rounds += 1
+        outputs, tokens = completions(router, concurrent=True)
+        result.problems.setdefault("added_replica", [])
+        if outputs != result.reference:
+            result.problems["added_replica"].append(f"round {rounds}: outputs differ from the plain engine's")
+        if _prompt_tokens(metrics(prefills[f"{group}-prefill-1-0"])) > _prompt_tokens(before[f"{group}-prefill-1-0"]):
+            break
+    after = {name: metrics(p) for name, p in prefills.items()}
+    decode_after = metrics(decode)
+    result.added = {
+        "rounds": rounds,
+        "seconds": round(time.monotonic() - clock, 1),
+        "prefill_prompt_tokens": {n: _prompt_tokens(after[n]) - _prompt_tokens(before[n]) for n in prefills},
+        "decode_external_hits": _delta(decode_before, decode_after, "vllm:external_prefix_cache_hits_total"),
+    }
+
+
+def _owner(pod: dict[str, Any]) -> str:
+    """Who created the pod: Kthena's controller owns it through its ModelServing."""
+    return ",".join(f"{o['kind']}/{o['name']}" for o in pod["metadata"].get("ownerReferences") or [])
+
+
+def completions_one(base: str, prompt: str) -> str:
+    body = {"model": "tiny", "prompt": prompt, "max_tokens": 2, "temperature": 0}
+    return str(post_json(f"{base}/v1/completions", body, timeout=30)["choices"][0]["text"])
+
+
+def _prompt_tokens(text: str) -> float:
+    return verify.metric_total(text, PROMPT_TOKENS)
+
+
+def _delta(before: str, after: str, name: str) -> float:
+    return verify.metric_total(after, name) - verify.metric_total(before, name)
+
+
+def _test_pod(objects, name: str, run: LocalRun, network: Network) -> tuple[int, str]:
+    spec = manifests.one(objects, "Pod", f"{paths.RELEASE}-test")["spec"]
+    container = next(c for c in spec["containers"] if c["name"] == name)
+    prepared = prepare(objects, spec, container, run.base / f"test-{name}", network)
+    return run_to_end(run.processes, prepared, 300, f"test-{name}")
+
+
+def test_kthena_created_the_pods_the_process_kubelet_runs(routed: RouterRun):
+    places = [where.split() for where in routed.pods.values()]
+    assert len(places) == 2, routed.pods
+    # The chart keeps prefill and decode on different nodes; Kthena's ModelServing owns both.
+    assert {node for node, _, _ in places} == {"process-0", "process-1"}, routed.pods
+    assert {owner for _, _, owner in places} == {f"ModelServing/{paths.RELEASE}"}, routed.pods
+    assert routed.kubelet_errors == []
+
+
+@pytest.mark.parametrize("mode", ["sequential", "concurrent"])
+def test_router_output_equals_one_plain_engine_and_decode_used_the_transferred_cache(routed: RouterRun, mode: str):
+    assert routed.problems[mode] == [], routed.problems[mode]
+
+
+def test_chat_and_streaming_through_the_router(routed: RouterRun):
+    assert routed.chat == routed.reference_chat
+    text, done = routed.stream
+    assert text == routed.reference[3]
+    assert done, "the router's stream did not end with [DONE]"
+
+
+def test_helm_test_pod_and_canary_pass_against_the_router(routed: RouterRun):
+    assert routed.helm_test[0] == 0, routed.helm_test[1][-3000:]
+    assert routed.canary[0] == 0, routed.canary[1][-3000:]
+
+
+def test_benchmark_job_runs_against_the_router(routed: RouterRun):
+    code, output = routed.bench
+    assert code == 0, output[-3000:]
+    line = next(x for x in output.splitlines() if x.startswith("mooncake-pd-benchmark-result: "))
+    report = json.loads(line.split(": ", 1)[1])
+    assert report["failed"] == 0 and report["completed"] == report["num_prompts"] > 0, report
+
+
+def test_a_prefill_replica_added_by_hand_gets_traffic(routed: RouterRun):
+    added = routed.added
+    assert routed.problems.get("added_replica") == [], routed.problems
+    assert added["prefill_prompt_tokens"][f"{paths.RELEASE}-0-prefill-1-0"] > 0, added
+    assert added["decode_external_hits"] > 0, added
