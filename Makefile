@@ -103,10 +103,10 @@ e2e-2p1d: $(TEST_STAMP) $(E2E_STAMP) helm ## Only the e2e's 2P1D run: two prefil
 e2e-kthena: $(TEST_STAMP) $(E2E_STAMP) helm cluster-tools ## Only the e2e's Kthena run: the pods Kthena creates run as processes, Kthena's router carries the requests (out/e2e-kthena/).
 	$(PY) -m pytest -m e2e_kthena
 
-drills: $(TEST_STAMP) $(E2E_STAMP) helm ## Fault drills under a bounded load on real CPU engines (prefill, decode, proxy killed; prefill restarted): out/drills/, held against docs/failure-modes.md.
+drills: $(TEST_STAMP) $(E2E_STAMP) helm cluster-tools ## Fault drills under a bounded load on real CPU engines, behind the proxy (prefill, decode, proxy killed; prefill restarted) and behind Kthena's router on the pods Kthena creates (engines killed; rollouts of one and two groups): out/drills/, held against docs/failure-modes.md.
 	$(PY) scripts/drills.py
 
-ttft-split: $(TEST_STAMP) $(E2E_STAMP) helm ## Where a PD request's time goes (real CPU engines): TTFT into router, prefill, KV transfer, decode's first step; TPOT into engine and router (out/ttft-split/).
+ttft-split: $(TEST_STAMP) $(E2E_STAMP) helm cluster-tools ## Where a PD request's time goes (real CPU engines; the PD proxy and Kthena's router): TTFT into router, prefill, KV transfer, decode's first step; TPOT into engine and router (out/ttft-split/).
 	$(PY) scripts/ttft_split.py
 
 conformance: $(TEST_STAMP) $(E2E_STAMP) helm ## Only the runtime-conformance checks: every client container's real command in its image's Python.

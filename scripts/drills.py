@@ -16,17 +16,25 @@ out/drills/summary.json, and held against the thresholds docs/failure-modes.md d
 drill worse than documented makes the exit code 1.
 
 Drills: prefill killed (SIGKILL), decode killed mid-stream (SIGKILL), the proxy killed
-(SIGKILL), prefill restarted (SIGTERM, as a rollout stops it). Binds loopback only; every process
-it started is stopped on the way out.
+(SIGKILL), prefill restarted (SIGTERM, as a rollout stops it).
+
+Then the drills behind Kthena's router (run_kthena_drills): the local cluster, the same preset
+with router.type kthena, the engine pods Kthena v1.0.0's controller creates run by the process
+kubelet (which plays their probes, restarts and deletions), Kthena v1.0.0's router carrying the
+load. Drills: prefill's and decode's engine killed (SIGKILL; the kubelet restarts the container),
+a rollout (a start-script change applied as helm upgrade sends it) of one serving group and of
+two. Binds loopback only; every process it started is stopped on the way out.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import http.client
 import json
 import os
+import shutil
 import signal
 import sys
 import threading
@@ -50,6 +58,7 @@ from support.pdcheck import (  # noqa: E402
     local_run,
     pd_setup,
     proxy_container,
+    render,
     start_plain_engine,
 )
 
@@ -60,16 +69,36 @@ WARM_S = 5.0
 # Long enough for the rendered liveness probe to restart a dead engine (5 x 30 s) and its load.
 MAX_OUTAGE_S = 240.0
 AFTER_RECOVERY_S = 5.0
-MAX_REQUESTS = 400
+# Per client: enough for the longest drill (a rollout of two groups: about 4 requests a second
+# for ROLLOUT_MAX_S), so the load lasts as long as the drill.
+MAX_REQUESTS = 1000
+# A rollout replaces one group after the other, each in drainSeconds plus its engines' start.
+ROLLOUT_MAX_S = 600.0
+# How long a restarted router may route nothing before the drill applies the documented
+# workaround (an annotation on the engine pods; docs/troubleshooting.md), and that annotation.
+ROUTER_STUCK_S = 20.0
+ROUTER_RESTARTS = 4
+RESYNC_ANNOTATION = "mooncake-pd.io/router-resync"
 PROXY = ("127.0.0.1", 8080)
+PROXY_DRILLS = ("prefill-killed", "decode-killed", "proxy-killed", "prefill-restarted")
+# The drills behind Kthena's router (run_kthena_drills), after the proxy's: each with the values
+# of its deployment over kthenarun.VALUES (one deployment per distinct set, in this order).
+KTHENA_DRILLS: dict[str, dict[str, Any]] = {
+    "kthena-router-restarted": {},
+    "kthena-prefill-killed": {},
+    "kthena-decode-killed": {},
+    "kthena-rollout": {},
+    # Two serving groups: Kthena's rolling update replaces one at a time, the other serves.
+    "kthena-rollout-two-groups": {"servingGroups": 2},
+}
 
 
-def stream(prompt: int, timeout: float = 60) -> tuple[str | None, bool, str]:
-    """One streamed greedy completion through the proxy: (text, complete, error)."""
+def stream(prompt: int, target: tuple[str, int] = PROXY, timeout: float = 60) -> tuple[str | None, bool, str]:
+    """One streamed greedy completion through the router at `target`: (text, complete, error)."""
     body = {"model": "tiny", "prompt": PROMPTS[prompt], "max_tokens": MAX_TOKENS, "temperature": 0, "stream": True}
     text, done = None, False
     try:
-        connection = http.client.HTTPConnection(*PROXY, timeout=timeout)
+        connection = http.client.HTTPConnection(*target, timeout=timeout)
         connection.request("POST", "/v1/completions", json.dumps(body), {"Content-Type": "application/json"})
         answer = connection.getresponse()
         if answer.status != 200:
@@ -98,8 +127,8 @@ def stream(prompt: int, timeout: float = 60) -> tuple[str | None, bool, str]:
 class Load:
     """CLIENTS threads sending requests back to back until stopped (bounded in count and time)."""
 
-    def __init__(self, clock: Callable[[], float]):
-        self.clock = clock
+    def __init__(self, clock: Callable[[], float], target: tuple[str, int] = PROXY):
+        self.clock, self.target = clock, target
         self.requests: list[drill.Request] = []
         self.stop = threading.Event()
         self.lock = threading.Lock()
@@ -111,7 +140,7 @@ class Load:
                 return
             prompt = (index * 3 + n) % len(PROMPTS)
             start = self.clock()
-            text, complete, error = stream(prompt)
+            text, complete, error = stream(prompt, self.target)
             with self.lock:
                 self.requests.append(drill.Request(start, self.clock(), prompt, text, complete, error))
             if not complete:
@@ -176,6 +205,8 @@ def kill(proc) -> None:
 
 
 def run_drills(run, only: set[str] | None) -> dict[str, Any]:
+    if only and not only & set(PROXY_DRILLS):
+        return {"summaries": [], "reference": None, "liveness": {}}
     processes = run.processes
     setup = pd_setup(run)
     roles = setup.roles
@@ -249,15 +280,7 @@ def run_drills(run, only: set[str] | None) -> dict[str, Any]:
     for name, act in drills.items():
         if only and name not in only:
             continue
-        with Load(clock) as load:
-            time.sleep(WARM_S)
-            fault_at = clock()
-            act()
-            deadline = fault_at + MAX_OUTAGE_S
-            while clock() < deadline and not load.recovered_since(fault_at, reference):
-                time.sleep(0.5)
-            time.sleep(AFTER_RECOVERY_S)
-        summary = drill.summarize(name, load.requests, reference, fault_at)
+        summary = drive(name, act, clock, reference, PROXY)
         summaries.append(summary)
         restarted = {k: len(v.restarts) for k, v in kubelets.items() if v.restarts}
         liveness[name] = restarted
@@ -266,7 +289,201 @@ def run_drills(run, only: set[str] | None) -> dict[str, Any]:
         print(json.dumps({**summary.as_dict(), "liveness_restarts": restarted}), flush=True)
     for kubelet in kubelets.values():
         kubelet.stop.set()
+    processes.close()  # the Kthena drills start engines of their own
     return {"summaries": summaries, "reference": reference, "liveness": liveness}
+
+
+def drive(
+    name: str,
+    act: Callable[[], Callable[[], bool] | None],
+    clock: Callable[[], float],
+    reference: list[str],
+    target: tuple[str, int],
+    loads: list[Load] | None = None,
+) -> drill.Summary:
+    """One drill: WARM_S of load, the fault (`act`), then the load until a request sent after the
+    fault (or after the fault has settled, where `act` returns a predicate saying so: a rollout)
+    is answered right, at most MAX_OUTAGE_S (a rollout: ROLLOUT_MAX_S), then AFTER_RECOVERY_S."""
+    with Load(clock, target) as load:
+        if loads is not None:
+            loads.append(load)  # a fault that replaces the router moves the load's target
+        time.sleep(WARM_S)
+        fault_at = clock()
+        settled = act()
+        deadline = fault_at + (MAX_OUTAGE_S if settled is None else ROLLOUT_MAX_S)
+        since = fault_at
+        while settled is not None and clock() < deadline and not settled():
+            time.sleep(0.5)
+        if settled is not None:
+            since = clock()
+        while clock() < deadline and not load.recovered_since(since, reference):
+            time.sleep(0.5)
+        time.sleep(AFTER_RECOVERY_S)
+    return drill.summarize(name, load.requests, reference, fault_at, None if settled is None else since)
+
+
+def run_kthena_drills(run, only: set[str] | None, reference: list[str] | None) -> dict[str, Any]:
+    """The drills behind Kthena's router on the local cluster: the pods Kthena v1.0.0's controller
+    created run as processes on the process kubelet's nodes (tests/support/kube/kubelet.py), which
+    plays their probes, restarts and deletions (preStop, SIGTERM, the grace period) as kubelet
+    does; nothing here restarts an engine itself. One deployment per set of values (KTHENA_DRILLS)."""
+    from support.kube import build
+    from support.kube.cluster import Cluster
+    from support.pdcheck import PdSetup
+
+    names = [n for n in KTHENA_DRILLS if not only or n in only]
+    if not names:
+        return {"summaries": [], "kubelet": []}
+    build.build_all(log=lambda _: None)
+    setup = pd_setup(run, kthena_values({}))
+    if reference is None:
+        plain, plain_url = start_plain_engine(run, setup)
+        reference, _ = completions(plain_url, concurrent=False)
+        run.processes.stop(plain)
+    cluster = Cluster(run.base / "cluster")
+    cluster.up()
+    summaries: list[drill.Summary] = []
+    events: list[Any] = []
+    origin = time.monotonic()
+
+    def clock() -> float:
+        return time.monotonic() - origin
+
+    try:
+        for extra in unique(KTHENA_DRILLS[n] for n in names):
+            values = kthena_values(extra)
+            deployed = PdSetup(render(run.base / "models", values), setup.roles, setup.network, setup.work)
+            chosen = [n for n in names if KTHENA_DRILLS[n] == extra]
+            summaries += kthena_drills(run, cluster, deployed, values, chosen, reference, clock, events)
+    finally:
+        cluster.down()
+        # The control plane's and the router's logs (its access log: each request's status and
+        # the router's reason) beside the engines'.
+        shutil.copytree(cluster.folder / "logs", OUT / "logs" / "cluster", dirs_exist_ok=True)
+    return {"summaries": summaries, "kubelet": events}
+
+
+def kthena_values(extra: dict[str, Any]) -> dict[str, Any]:
+    from support.kthenarun import VALUES
+
+    return {**VALUES, **extra}
+
+
+def unique(items: Any) -> list[Any]:
+    out: list[Any] = []
+    for item in items:
+        if item not in out:
+            out.append(item)
+    return out
+
+
+def kthena_drills(run, cluster, setup, values, names, reference, clock, events) -> list[drill.Summary]:
+    """`names` on one deployment of `setup` (rendered with `values`)."""
+    from support.kthenarun import (
+        PORT,
+        annotate,
+        engine_pods,
+        kthena_deployment,
+        ready,
+        role_of,
+        routes,
+        wait_ready_pods,
+    )
+
+    summaries = []
+    with kthena_deployment(run, cluster, setup) as deployment:
+        api, kubelet = deployment.api, deployment.kubelet
+        host, port = deployment.router.removeprefix("http://").rsplit(":", 1)
+        target = (host, int(port))
+        count = len(deployment.pods)
+        cluster = deployment.cluster
+        for prompt in range(count):
+            stream(prompt, target)  # the NIXL handshakes are not a drill
+        rollouts = [0]
+
+        def crash(role: str) -> Callable[[], None]:
+            def act() -> None:
+                pod = next(n for n, p in sorted(engine_pods(api).items()) if role_of(p) == role)
+                kubelet.event(f"drill: SIGKILL {pod}")
+                kill(kubelet.process(pod))
+
+            return act
+
+        def rollout() -> Callable[[], bool]:
+            """A script change of both roles (an env var in their start scripts), applied as helm
+            upgrade sends it; Kthena's rolling update replaces the serving groups."""
+            old = {p["metadata"]["uid"] for p in engine_pods(api).values()}
+            rollouts[0] += 1
+            env = {"OMP_NUM_THREADS": "1", "DRILL_ROLLOUT": str(rollouts[0])}
+            deployment.apply(render(run.base / "models", {**values, "engine.env": env}))
+            kubelet.event(f"drill: rollout {rollouts[0]} applied")
+
+            def settled() -> bool:
+                """The old pods gone (not only terminating), as many new ones, all Ready."""
+                if any(p["metadata"]["uid"] in old for p in api.list("v1", "Pod", "default")):
+                    return False
+                pods = engine_pods(api)
+                return len(pods) == count and all(ready(p) for p in pods.values())
+
+            return settled
+
+        def router_restarted() -> Callable[[], bool]:
+            """ROUTER_RESTARTS times: SIGKILL of the router, started again (as its Deployment
+            starts a new pod) beside pods that stay Ready. Kthena v1.0.0's router may then pair
+            none of them (its ModelServer sync skips pods its pod handler stored first:
+            docs/troubleshooting.md, "no decode pod found"); when it routes nothing for
+            ROUTER_STUCK_S, the documented workaround is applied (an annotation on each engine
+            pod, whose update event pairs it) and the time until it routes again is recorded."""
+            nonlocal target
+            for restart in range(ROUTER_RESTARTS):
+                kubelet.event(f"drill: SIGKILL the router ({restart + 1} of {ROUTER_RESTARTS})")
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(cluster.pids["kthena-router"], signal.SIGKILL)
+                for name in ("kthena-router", "kthena-router-relay"):
+                    cluster.stop(name)
+                router = cluster.start_router([(address, PORT) for address in kubelet.addresses()])
+                host, port = router.removeprefix("http://").rsplit(":", 1)
+                target = (host, int(port))
+                loads[-1].target = target
+                if until_routes(router, ROUTER_STUCK_S) is not None:
+                    starts.append({"stuck": False})
+                    continue
+                kubelet.event(f"drill: the router routes nothing after {ROUTER_STUCK_S:g} s; annotating the pods")
+                annotate(api, list(engine_pods(api).values()), RESYNC_ANNOTATION, str(len(starts)))
+                starts.append({"stuck": True, "routes_after_annotation_s": until_routes(router, ROUTER_STUCK_S)})
+            return lambda: True
+
+        def until_routes(router: str, seconds: float) -> float | None:
+            """Seconds until the router answers a completion, None if not within `seconds`."""
+            begun = time.monotonic()
+            while time.monotonic() - begun < seconds:
+                if routes(router):
+                    return round(time.monotonic() - begun, 1)
+                time.sleep(0.5)
+            return None
+
+        starts: list[dict[str, Any]] = []
+        loads: list[Load] = []
+        acts: dict[str, Callable[[], Any]] = {
+            "kthena-router-restarted": router_restarted,
+            "kthena-prefill-killed": crash("prefill"),
+            "kthena-decode-killed": crash("decode"),
+            "kthena-rollout": rollout,
+            "kthena-rollout-two-groups": rollout,
+        }
+        try:
+            for name in names:
+                wait_ready_pods(api, count, READY_TIMEOUT)
+                summary = drive(name, acts[name], clock, reference, target, loads)
+                if name == "kthena-router-restarted":
+                    stuck = sum(1 for start in starts if start["stuck"])
+                    notes = {"router_starts": starts[:], "stuck_starts": f"{stuck} of {len(starts)}"}
+                    summary = dataclasses.replace(summary, notes=notes)
+                summaries.append(summary)
+                print(json.dumps(summary.as_dict()), flush=True)
+        finally:
+            events += [(at, f"[{', '.join(names)}] {text}") for at, text in kubelet.events]
+    return summaries
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -284,10 +501,19 @@ def main(argv: list[str] | None = None) -> int:
             ],
             "load": {"clients": CLIENTS, "max_tokens": MAX_TOKENS, "warm_s": WARM_S, "max_outage_s": MAX_OUTAGE_S},
             "wall_s": round(run.wall, 1),
+            "kubelet_events": result.get("kubelet", []),
         }
 
+    only = set(args.only) if args.only else None
+    every = [*PROXY_DRILLS, *KTHENA_DRILLS]
+    unknown = (only or set()) - set(every)
+    if unknown:
+        parser.error(f"no drill {', '.join(sorted(unknown))}: the drills are {', '.join(every)}")
     with local_run(OUT, "mooncake-pd-drills-", summary) as run:
-        result.update(run_drills(run, set(args.only) if args.only else None))
+        result.update(run_drills(run, only))
+        kthena = run_kthena_drills(run, only, result["reference"])
+        result["summaries"] = result["summaries"] + kthena["summaries"]
+        result["kubelet"] = kthena["kubelet"]
     problems = [p for s in result["summaries"] for p in drill.worse_than_documented(s, limits.get(s.drill))]
     for problem in problems:
         print(f"worse than documented: {problem}")

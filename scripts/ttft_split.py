@@ -5,13 +5,15 @@ run makes, real vLLM 0.13 CPU engines and NIXL, the PD proxy in vLLM's CPU image
 sends the same streamed completions, one at a time, to:
 - one plain engine (decode's flags without the connector): the reference;
 - prefill then decode directly, as the KV canary does (the least a router must do);
-- the PD proxy (router.type proxy).
+- the PD proxy (router.type proxy);
+- Kthena v1.0.0's router (router.type kthena), on the local cluster, to the engine pods Kthena's
+  controller created, run as processes by the process kubelet (tests/support/kthenarun.py;
+  `--no-kthena` skips it).
 For each request it reads both engines' /metrics before and after, and splits TTFT into router,
 prefill, KV transfer and decode's first step, and TPOT into engine and router
 (mooncake_pd.latency says how). It also measures the cores each process keeps busy while it
 serves nothing (polling threads compete with decode on a small machine). Prints the medians and
-writes them, with every request's split, to out/ttft-split/summary.json. The Kthena router
-cannot carry requests here yet (issue #28 item 2), so it has no column. Plumbing figures on 2
+writes them, with every request's split, to out/ttft-split/summary.json. Plumbing figures on 2
 cores: the ratios, not the milliseconds, carry over to a cluster.
 """
 
@@ -21,6 +23,7 @@ import argparse
 import http.client
 import json
 import os
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -106,7 +109,7 @@ def direct_pd(prefill: str, decode: str, prompt: str) -> latency.ClientTiming:
     return stream(decode, {**request(prompt), "kv_transfer_params": first["kv_transfer_params"]}, start)
 
 
-def measure(run, requests: int, values: dict[str, Any]) -> dict[str, Any]:
+def measure(run, requests: int, values: dict[str, Any], kthena: bool = True) -> dict[str, Any]:
     processes = run.processes
     setup = pd_setup(run, values)
     prompts = [PROMPTS[i % len(PROMPTS)] + f" ({i})" for i in range(requests)]
@@ -149,12 +152,51 @@ def measure(run, requests: int, values: dict[str, Any]) -> dict[str, Any]:
             rows[label].append(
                 latency.split_pd(timing, (before["prefill"], after["prefill"]), (before["decode"], after["decode"]))
             )
+    processes.close()
+    if kthena:
+        rows["Kthena router"], idle["Kthena"] = kthena_rows(run, prompts, values)
     return {
         "medians": {label: latency.medians(r) for label, r in rows.items()},
         "requests": rows,
         "idle_cores": idle,
         "max_tokens": MAX_TOKENS,
     }
+
+
+def kthena_rows(run, prompts: list[str], values: dict[str, Any]) -> tuple[list[dict[str, float | None]], Any]:
+    """The same requests through Kthena v1.0.0's router, to the pods Kthena's controller created on
+    the local cluster (tests/support/kthenarun.py: the process kubelet runs them)."""
+    from support.kthenarun import VALUES, kthena_deployment, role_of
+    from support.kube import build
+    from support.kube.cluster import Cluster
+
+    build.build_all(log=lambda _: None)
+    setup = pd_setup(run, {**VALUES, **values})
+    cluster = Cluster(run.base / "cluster")
+    cluster.up()
+    rows = []
+    try:
+        with kthena_deployment(run, cluster, setup) as deployment:
+            urls = {
+                role_of(
+                    pod
+                ): f"http://{pod['status']['podIP']}:{pod['spec']['containers'][0]['ports'][0]['containerPort']}"
+                for pod in deployment.pods.values()
+            }
+            stream(deployment.router, request("warm up"))
+            procs = {run_.name: c.proc for run_ in deployment.kubelet.pods.values() for c in run_.containers if c.proc}
+            idle = idle_cpu(procs)
+            for prompt in prompts:
+                before = {name: get_text(f"{url}/metrics") for name, url in urls.items()}
+                timing = stream(deployment.router, request(prompt))
+                after = {name: get_text(f"{url}/metrics") for name, url in urls.items()}
+                rows.append(
+                    latency.split_pd(timing, (before["prefill"], after["prefill"]), (before["decode"], after["decode"]))
+                )
+    finally:
+        cluster.down()
+        shutil.copytree(cluster.folder / "logs", OUT / "logs" / "cluster", dirs_exist_ok=True)
+    return rows, idle
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -167,6 +209,11 @@ def main(argv: list[str] | None = None) -> int:
         metavar="KEY=JSON",
         help="a chart value on top of the e2e run's (helm --set-json), to measure what a setting costs",
     )
+    parser.add_argument(
+        "--no-kthena",
+        action="store_true",
+        help="skip the Kthena router's column (it starts the local cluster: make cluster-tools builds it)",
+    )
     args = parser.parse_args(argv)
     values = {}
     for item in args.set_json:
@@ -178,7 +225,7 @@ def main(argv: list[str] | None = None) -> int:
         return {**result, "wall_s": round(run.wall, 1)}
 
     with local_run(OUT, "mooncake-pd-ttft-split-", summary) as run:
-        result.update(measure(run, args.requests, values), values=values)
+        result.update(measure(run, args.requests, values, not args.no_kthena), values=values)
     print(latency.table(result["medians"]))
     print("cores kept busy while idle:", json.dumps(result["idle_cores"]))
     print(f"wrote {OUT / 'summary.json'}")

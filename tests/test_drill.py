@@ -39,6 +39,29 @@ def test_recovery_is_the_first_right_answer_to_a_request_sent_after_the_fault():
     assert drill.summarize("x", requests[:2], REFERENCE, fault_at=5).recovery_s is None
 
 
+def test_outage_is_the_longest_time_without_a_right_answer_from_the_fault_on():
+    requests = [
+        request(0, 4.5),  # ends after the fault at 4: 0.5 s
+        request(5, 6, text=None, complete=False),
+        request(6, 7, text=None, complete=False),
+        request(7, 12),  # 4.5 -> 12: the longest gap, 7.5 s
+        request(12, 13),
+        request(13, 15, text=None, complete=False),  # 13 -> 15 without a right answer: 2 s
+    ]
+    summary = drill.summarize("x", requests, REFERENCE, fault_at=4)
+    assert summary.outage_s == 7.5
+    assert drill.summarize("x", requests[1:3], REFERENCE, fault_at=4).outage_s == 3.0  # nothing right after
+
+
+def test_a_rollout_recovers_with_the_first_right_answer_after_it_settled():
+    """The old pods still answer while the rollout goes on: those answers do not end it."""
+    requests = [request(1, 2), request(3, 4), request(10, 11), request(21, 22)]
+    summary = drill.summarize("kthena-rollout", requests, REFERENCE, fault_at=0.5, settled_at=20)
+    assert summary.settled_s == 19.5 and summary.recovery_s == 21.5
+    assert summary.as_dict()["settled_s"] == 19.5
+    assert "settled_s" not in drill.summarize("x", requests, REFERENCE, fault_at=0.5).as_dict()
+
+
 def test_a_drill_worse_than_documented_is_named(tmp_path: Path):
     doc = tmp_path / "failure-modes.md"
     doc.write_text(
@@ -64,6 +87,9 @@ def test_every_drill_has_its_documented_thresholds():
     """The drills scripts/drills.py runs, each with a row in docs/failure-modes.md."""
     limits = drill.thresholds(paths.REPO / "docs" / "failure-modes.md")
     source = (paths.REPO / "scripts" / "drills.py").read_text()
-    for name in ("prefill-killed", "decode-killed", "proxy-killed", "prefill-restarted"):
+    names = ("prefill-killed", "decode-killed", "proxy-killed", "prefill-restarted")
+    kthena = ("kthena-router-restarted", "kthena-prefill-killed", "kthena-decode-killed", "kthena-rollout")
+    kthena += ("kthena-rollout-two-groups",)
+    for name in names + kthena:
         assert f'"{name}"' in source and name in limits, name
         assert limits[name].wrong == 0, f"{name}: a drill may fail requests, never answer one wrong"

@@ -30,10 +30,8 @@ from typing import Any
 import pytest
 
 from mooncake_pd import manifests, paths, verify
-from support.kube.api import Client, wait_for
-from support.kube.cluster import apply_all
-from support.kube.kubelet import ProcessKubelet, scheduling_values
-from support.localpods import Network, get_text, post_json, prepare, run_to_end
+from support.kthenarun import PORT, VALUES, KthenaDeployment, kthena_deployment, metrics, role_of, wait_ready_pods
+from support.localpods import Network, post_json, prepare, run_to_end
 from support.pdcheck import (
     MAX_TOKENS,
     PROMPTS,
@@ -49,21 +47,8 @@ from support.pdcheck import (
 pytestmark = [pytest.mark.e2e, pytest.mark.e2e_kthena]
 
 OUT = paths.REPO / "out" / "e2e-kthena"
-PORT = 7100  # one workloadPort for both roles (the chart requires it with router.type kthena)
 PROMPT_TOKENS = "vllm:prompt_tokens_total"
 CHAT = [{"role": "user", "content": "What is the capital of France?"}]
-LABEL = "modelserving.volcano.sh"
-# What the router needs of the chart: its type, one port for both roles (the ModelServer has one
-# workloadPort), and the pods on the process kubelet's nodes. The readiness probe's delay is
-# shortened (the engines are ready sooner than the 60 s it waits by default).
-VALUES: dict[str, Any] = {
-    "router.type": "kthena",
-    "decode.port": PORT,
-    "decode.kvPort": 18000,
-    **{f"{role}.{key}": value for role in ("prefill", "decode") for key, value in scheduling_values().items()},
-    "prefill.readinessProbe.initialDelaySeconds": 5,
-    "decode.readinessProbe.initialDelaySeconds": 5,
-}
 
 
 @dataclass
@@ -129,32 +114,6 @@ def streamed(base: str, prompt: str) -> tuple[str, bool]:
     return "".join(text), done
 
 
-def engine_pods(api: Client) -> dict[str, dict[str, Any]]:
-    pods = api.list("v1", "Pod", "default", labelSelector=f"{LABEL}/name={paths.RELEASE}")
-    return {p["metadata"]["name"]: p for p in pods if not p["metadata"].get("deletionTimestamp")}
-
-
-def ready(pod: dict[str, Any]) -> bool:
-    conditions = {c["type"]: c["status"] for c in (pod.get("status") or {}).get("conditions") or []}
-    return conditions.get("Ready") == "True"
-
-
-def wait_ready_pods(api: Client, names: set[str], timeout: float) -> dict[str, dict[str, Any]]:
-    def all_ready() -> dict[str, dict[str, Any]] | None:
-        pods = engine_pods(api)
-        return pods if set(pods) == names and all(ready(p) for p in pods.values()) else None
-
-    return wait_for(f"pods {sorted(names)} Ready", all_ready, timeout, interval=1)
-
-
-def role_of(pod: dict[str, Any]) -> str:
-    return str(pod["metadata"]["labels"][f"{LABEL}/role"])
-
-
-def metrics(pod: dict[str, Any]) -> str:
-    return get_text(f"http://{pod['status']['podIP']}:{PORT}/metrics")
-
-
 def _run(result: RouterRun, run: LocalRun, cluster) -> None:
     clock = time.monotonic()
     setup = pd_setup(run, VALUES)
@@ -169,42 +128,18 @@ def _run(result: RouterRun, run: LocalRun, cluster) -> None:
     result.timings["plain_engine"] = time.monotonic() - clock
 
     # 2. The release as rendered (its helm hooks, the test pod and the benchmark Job, are run
-    # below as processes against the router), and the pods Kthena makes of it.
-    api = cluster.client()
-    kubelet = ProcessKubelet(api, run.processes, run.base / "kubelet")
-    try:
-        _with_kubelet(result, run, cluster, api, kubelet, setup)
-    finally:
-        kubelet.close()
-        result.kubelet_events, result.kubelet_errors = kubelet.events, kubelet.errors
-        for obj in reversed(setup.objects):
-            if obj["kind"] in ("ModelServing", "ModelServer", "ModelRoute", "ConfigMap"):
-                api.delete(obj)
-        for node in kubelet.node_objects():
-            api.delete(node)
+    # below as processes against the router), the pods Kthena makes of it, and the router.
+    with kthena_deployment(run, cluster, setup) as deployment:
+        try:
+            _routed(result, run, deployment)
+        finally:
+            result.kubelet_events, result.kubelet_errors = deployment.kubelet.events, deployment.kubelet.errors
 
 
-def _with_kubelet(result: RouterRun, run: LocalRun, cluster, api: Client, kubelet: ProcessKubelet, setup) -> None:
-    clock = time.monotonic()
-    kubelet.start()
-    hooks = {"Pod", "Job"}
-    apply_all(api, [o for o in setup.objects if o["kind"] not in hooks])
-    group = f"{paths.RELEASE}-0"
-    names = {f"{group}-prefill-0-0", f"{group}-decode-0-0"}
-    pods = wait_ready_pods(api, names, 2 * READY_TIMEOUT)
+def _routed(result: RouterRun, run: LocalRun, deployment: KthenaDeployment) -> None:
+    api, setup, router, pods = deployment.api, deployment.setup, deployment.router, deployment.pods
+    result.timings.update(deployment.timings)
     result.pods = {name: f"{p['spec']['nodeName']} {p['status']['podIP']} {_owner(p)}" for name, p in pods.items()}
-    result.timings["pods_ready"] = time.monotonic() - clock
-
-    clock = time.monotonic()
-    router = cluster.start_router([(address, PORT) for address in kubelet.addresses()])
-    result.timings["router_started"] = time.monotonic() - clock
-    clock = time.monotonic()
-
-    def answers() -> bool:
-        return bool(completions_one(router, PROMPTS[0]))
-
-    wait_for("a completion through Kthena's router", answers, 120, interval=2)
-    result.timings["router_routes"] = time.monotonic() - clock
 
     # 3. The proof, sequential and four at a time.
     decode = next(p for p in pods.values() if role_of(p) == "decode")
@@ -242,43 +177,38 @@ def _with_kubelet(result: RouterRun, run: LocalRun, cluster, api: Client, kubele
         if role["name"] == "prefill":
             role["replicas"] = 2
     api.apply(modelserving)
-    names.add(f"{group}-prefill-1-0")
-    pods = wait_ready_pods(api, names, 2 * READY_TIMEOUT)
+    pods = wait_ready_pods(api, 3, 2 * READY_TIMEOUT)
     result.timings["added_replica_ready"] = time.monotonic() - clock
     prefills = {name: p for name, p in pods.items() if role_of(p) == "prefill"}
+    (added,) = set(prefills) - set(result.pods)
     before = {name: metrics(p) for name, p in prefills.items()}
     decode_before = metrics(decode)
     clock = time.monotonic()
     deadline = time.monotonic() + 120
     rounds = 0
+    result.problems["added_replica"] = []
     # Until the router has sent the new replica a request (it learns of it from the API server
     # and scores it on its metrics), at most 120 s and 6 rounds of the prompts, four at a time.
     while rounds < 6 and time.monotonic() < deadline:
         rounds += 1
-        outputs, tokens = completions(router, concurrent=True)
-        result.problems.setdefault("added_replica", [])
+        outputs, _ = completions(router, concurrent=True)
         if outputs != result.reference:
             result.problems["added_replica"].append(f"round {rounds}: outputs differ from the plain engine's")
-        if _prompt_tokens(metrics(prefills[f"{group}-prefill-1-0"])) > _prompt_tokens(before[f"{group}-prefill-1-0"]):
+        if _prompt_tokens(metrics(prefills[added])) > _prompt_tokens(before[added]):
             break
     after = {name: metrics(p) for name, p in prefills.items()}
-    decode_after = metrics(decode)
     result.added = {
+        "pod": added,
         "rounds": rounds,
         "seconds": round(time.monotonic() - clock, 1),
         "prefill_prompt_tokens": {n: _prompt_tokens(after[n]) - _prompt_tokens(before[n]) for n in prefills},
-        "decode_external_hits": _delta(decode_before, decode_after, "vllm:external_prefix_cache_hits_total"),
+        "decode_external_hits": _delta(decode_before, metrics(decode), "vllm:external_prefix_cache_hits_total"),
     }
 
 
 def _owner(pod: dict[str, Any]) -> str:
     """Who created the pod: Kthena's controller owns it through its ModelServing."""
     return ",".join(f"{o['kind']}/{o['name']}" for o in pod["metadata"].get("ownerReferences") or [])
-
-
-def completions_one(base: str, prompt: str) -> str:
-    body = {"model": "tiny", "prompt": prompt, "max_tokens": 2, "temperature": 0}
-    return str(post_json(f"{base}/v1/completions", body, timeout=30)["choices"][0]["text"])
 
 
 def _prompt_tokens(text: str) -> float:
@@ -333,5 +263,5 @@ def test_benchmark_job_runs_against_the_router(routed: RouterRun):
 def test_a_prefill_replica_added_by_hand_gets_traffic(routed: RouterRun):
     added = routed.added
     assert routed.problems.get("added_replica") == [], routed.problems
-    assert added["prefill_prompt_tokens"][f"{paths.RELEASE}-0-prefill-1-0"] > 0, added
+    assert added["prefill_prompt_tokens"][added["pod"]] > 0, added
     assert added["decode_external_hits"] > 0, added

@@ -189,3 +189,21 @@ def test_network_sysctls_are_refused_only_on_the_host_network(render: Renderer):
     assert pod["securityContext"]["sysctls"] == [{"name": "net.ipv4.tcp_syncookies", "value": "1"}]
     refused = render.error(cpu, {**sysctl, "engine": {**sysctl["engine"], "hostNetwork": True}})
     assert "is a network-namespace sysctl, which the API server refuses on the engines' host-network pods" in refused
+
+
+@pytest.mark.parametrize(
+    ("sets", "warned"),
+    [
+        ((), True),
+        (("router.type=kthena", "decode.port=7100"), True),
+        (("router.type=kthena", "decode.port=7100", "servingGroups=2"), False),
+    ],
+    ids=["proxy-one-group", "kthena-one-group", "kthena-two-groups"],
+)
+def test_notes_warn_that_a_lone_serving_group_stops_serving_during_a_rollout(sets, warned):
+    """The drills measured it (docs/failure-modes.md, kthena-rollout): Kthena v1.0.0 deletes the
+    only group before it creates the new one."""
+    cmd = [str(paths.helm_binary("4.1.4")), "install", "demo", str(paths.CHART), "--dry-run=client"]
+    cmd += [arg for s in sets for arg in ("--set", s)]
+    notes = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout.split("NOTES:", 1)[1]
+    assert ("nothing serves for engine.drainSeconds" in notes) == warned

@@ -11,6 +11,7 @@ A request is
 
 from __future__ import annotations
 
+import itertools
 import re
 from collections import Counter
 from dataclasses import dataclass, field
@@ -45,14 +46,20 @@ class Summary:
     drill: str
     requests: int
     counts: dict[str, int]
-    # Seconds from the fault to the end of the first right answer to a request sent after it;
-    # None: no request sent after the fault was answered right.
+    # Seconds from the fault to the end of the first right answer to a request sent after it (or
+    # after the fault settled: settled_s); None: no such request was answered right.
     recovery_s: float | None
     errors: list[str]
     # The classes of the requests in flight when the fault hit (sent before it, ended after).
     in_flight: dict[str, int]
     # A few requests that were not ok: prompt, class, what came back, the reference, the error.
     samples: list[dict[str, object]] = field(default_factory=list)
+    # A fault that takes a while to play out (a rollout): seconds from it until it was done.
+    settled_s: float | None = None
+    # The longest time from the fault on in which no right answer ended (outage()).
+    outage_s: float = 0.0
+    # What the drill itself observed beside the requests (e.g. a workaround it applied).
+    notes: dict[str, object] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, object]:
         return {
@@ -63,12 +70,28 @@ class Summary:
             "in_flight": {kind: self.in_flight.get(kind, 0) for kind in KINDS},
             "errors": self.errors,
             "samples": self.samples,
+            "outage_s": self.outage_s,
+            **self.notes,
+            **({} if self.settled_s is None else {"settled_s": self.settled_s}),
         }
 
 
-def summarize(drill: str, requests: list[Request], reference: list[str], fault_at: float) -> Summary:
+def outage(requests: list[Request], kinds: list[str], fault_at: float) -> float:
+    """The longest time from the fault on without a right answer ending: between the fault (or
+    a right answer's end) and the next right answer's end, or the last request's end."""
+    ends = sorted(r.end for r, kind in zip(requests, kinds, strict=True) if kind == "ok" and r.end >= fault_at)
+    points = [fault_at, *ends, max((r.end for r in requests), default=fault_at)]
+    return max(0.0, *(b - a for a, b in itertools.pairwise(points)))
+
+
+def summarize(
+    drill: str, requests: list[Request], reference: list[str], fault_at: float, settled_at: float | None = None
+) -> Summary:
+    """`settled_at`: where the fault takes a while (a rollout), when it was done; recovery then
+    counts until the first right answer to a request sent after that."""
     kinds = [classify(r, reference) for r in requests]
-    after = [r.end for r, kind in zip(requests, kinds, strict=True) if kind == "ok" and r.start >= fault_at]
+    since = fault_at if settled_at is None else settled_at
+    after = [r.end for r, kind in zip(requests, kinds, strict=True) if kind == "ok" and r.start >= since]
     errors = sorted({r.error for r in requests if r.error})[:5]
     in_flight = Counter(kind for r, kind in zip(requests, kinds, strict=True) if r.start < fault_at <= r.end)
     recovery = min(after) - fault_at if after else None
@@ -85,7 +108,18 @@ def summarize(drill: str, requests: list[Request], reference: list[str], fault_a
         }
         for r, k in bad[:4]
     ]
-    return Summary(drill, len(requests), dict(Counter(kinds)), recovery, errors, dict(in_flight), samples)
+    settled = None if settled_at is None else round(settled_at - fault_at, 1)
+    return Summary(
+        drill,
+        len(requests),
+        dict(Counter(kinds)),
+        recovery,
+        errors,
+        dict(in_flight),
+        samples,
+        settled,
+        round(outage(requests, kinds, fault_at), 1),
+    )
 
 
 @dataclass(frozen=True)

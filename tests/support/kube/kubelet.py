@@ -54,7 +54,7 @@ LEASE_SECONDS = 40
 RENEW_EVERY = 10.0
 LOOP_INTERVAL = 0.5
 BACKOFF_START, BACKOFF_MAX = 10.0, 300.0
-ADDRESSES_PER_NODE = 4
+ADDRESSES_PER_NODE = 6
 
 
 def now() -> str:
@@ -326,6 +326,14 @@ class ProcessKubelet:
             }
             self.api.apply(lease, "mooncake-pd-process-kubelet", namespace="kube-node-lease")
 
+    def process(self, pod: str) -> Proc:
+        """The running process of `pod`'s first container (a drill's fault goes there)."""
+        with self.lock:
+            for run in self.pods.values():
+                if run.name == pod and run.containers and run.containers[0].proc is not None:
+                    return run.containers[0].proc
+        raise PodError(f"{pod}: no running container on the process kubelet")
+
     # -- the loops -------------------------------------------------------------------------
     def start(self) -> None:
         self.register()
@@ -483,10 +491,12 @@ class ProcessKubelet:
             if code is None and c.startup and not c.started and c.startup.due(at):
                 c.startup.check(at)
                 if c.startup.ok:
+                    # Readiness and liveness run from the start, held until startup passes
+                    # (their initialDelaySeconds count from the container's start).
                     c.started = True
                     for probe in (c.readiness, c.liveness):
                         if probe:
-                            probe.start(at)
+                            probe.next_at = max(probe.next_at, at)
                 elif c.startup.failures >= c.startup.failure_threshold:
                     self._kill(run, c, "startup probe failed")
                     code = c.proc.popen.poll() if c.proc else -9
