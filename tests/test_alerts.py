@@ -42,6 +42,9 @@ ALERTS = (
     "MooncakePdEngineDown",
 )
 SCALED = {"window": "3m", "for": "2m"}
+# The e2e's broken-side-channel request (tests/test_e2e.py _broken_side_channel): PROMPTS[0],
+# "Hello, how are you?", 6 tokens with the tiny model's tokenizer (decode counted +6 for it).
+BROKEN_REQUEST_PROMPT_TOKENS = 6
 
 
 def promtool() -> Path:
@@ -137,16 +140,20 @@ def verdicts(recording: dict[str, Any], groups: list[dict[str, Any]]) -> dict[st
             *silent(last, but=("MooncakePdDecodeRecomputing", "MooncakePdNoKvTransfer")),
         ]
 
-    # A decode request whose side channel does not answer: measured, vLLM 0.13's NIXL counts
-    # nothing of it on decode (no failed transfer, no prompt token, no finished request), so no
-    # alert can see it; the e2e judges that request itself, and `mooncake-pd verify` would.
+    # A decode request whose side channel does not answer: measured, vLLM 0.13's NIXL counts no
+    # failed transfer and no failed request on decode, so no alert can see it; the e2e judges that
+    # request itself, and `mooncake-pd verify` would. Decode counted the request's own prompt
+    # tokens in some runs (6, once: seen in a fresh clone's run on 2026-12-02) and none in others;
+    # the promtool test below holds that no alert fires either way.
     # (vLLM reports a finished request's success at the engine's next step, so the previous step's
     # last request may show up as a `length` success in this phase: only abort and error count.)
     broken = _phase(recording, "side-channel-broken")
-    for family in ("vllm:nixl_num_failed_transfers_total", "vllm:prompt_tokens_total", "vllm:request_success_total"):
+    for family in ("vllm:nixl_num_failed_transfers_total", "vllm:request_success_total"):
         reasons = ('finished_reason="abort"', 'finished_reason="error"') if "success" in family else ("",)
         values = _series(broken, "decode", family, reasons)
         assert len(set(values)) == 1, f"{family} moved while the side channel was broken: {values} (update the docs)"
+    prompts = [v or 0.0 for v in _series(broken, "decode", "vllm:prompt_tokens_total")]
+    assert prompts[-1] - prompts[0] <= BROKEN_REQUEST_PROMPT_TOKENS, f"decode computed more than one prompt: {prompts}"
     tests["side-channel-broken"] = [t for i in range(3, len(broken)) for t in silent(i)]
 
     # Prefill stopped: its scrapes fail; the alert fires once that has lasted `for`.
