@@ -381,6 +381,7 @@ def kthena_drills(run, cluster, setup, values, names, reference, clock, events) 
     """`names` on one deployment of `setup` (rendered with `values`)."""
     from support.kthenarun import (
         PORT,
+        address,
         annotate,
         engine_pods,
         kthena_deployment,
@@ -393,8 +394,7 @@ def kthena_drills(run, cluster, setup, values, names, reference, clock, events) 
     summaries = []
     with kthena_deployment(run, cluster, setup) as deployment:
         api, kubelet = deployment.api, deployment.kubelet
-        host, port = deployment.router.removeprefix("http://").rsplit(":", 1)
-        target = (host, int(port))
+        target = address(deployment.router)
         count = len(deployment.pods)
         cluster = deployment.cluster
         for prompt in range(count):
@@ -439,11 +439,9 @@ def kthena_drills(run, cluster, setup, values, names, reference, clock, events) 
                 kubelet.event(f"drill: SIGKILL the router ({restart + 1} of {ROUTER_RESTARTS})")
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(cluster.pids["kthena-router"], signal.SIGKILL)
-                for name in ("kthena-router", "kthena-router-relay"):
-                    cluster.stop(name)
-                router = cluster.start_router([(address, PORT) for address in kubelet.addresses()])
-                host, port = router.removeprefix("http://").rsplit(":", 1)
-                target = (host, int(port))
+                cluster.stop_router()
+                router = cluster.start_router([(pod_ip, PORT) for pod_ip in kubelet.addresses()])
+                target = address(router)
                 loads[-1].target = target
                 if until_routes(router, ROUTER_STUCK_S) is not None:
                     starts.append({"stuck": False})

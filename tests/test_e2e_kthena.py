@@ -30,7 +30,16 @@ from typing import Any
 import pytest
 
 from mooncake_pd import manifests, paths, verify
-from support.kthenarun import PORT, VALUES, KthenaDeployment, kthena_deployment, metrics, role_of, wait_ready_pods
+from support.kthenarun import (
+    PORT,
+    VALUES,
+    KthenaDeployment,
+    address,
+    kthena_deployment,
+    metrics,
+    role_of,
+    wait_ready_pods,
+)
 from support.localpods import Network, post_json, prepare, run_to_end
 from support.pdcheck import (
     MAX_TOKENS,
@@ -156,7 +165,7 @@ def _routed(result: RouterRun, run: LocalRun, deployment: KthenaDeployment) -> N
     # Services to their pods.
     network = Network()
     network.add_services(setup.objects)
-    network.add("kthena-router.kthena-system.svc", 80, int(router.rsplit(":", 1)[1]))
+    network.add("kthena-router.kthena-system.svc", 80, address(router)[1])
     for name, pod in pods.items():
         service = f"{name.removesuffix('-0')}.default.svc"
         network.add(service, PORT, PORT)

@@ -83,6 +83,12 @@ def engine_count(objects: list[manifests.Manifest]) -> int:
 ROUTE_TIMEOUT = 120.0
 
 
+def address(url: str) -> tuple[str, int]:
+    """(host, port) of an http://host:port URL (the router's base URL)."""
+    host, port = url.removeprefix("http://").rsplit(":", 1)
+    return host, int(port)
+
+
 def routes(router: str) -> bool:
     """A two-token completion through the router answers."""
     body = {"model": "tiny", "prompt": "Hello", "max_tokens": 2, "temperature": 0}
@@ -120,7 +126,7 @@ def kthena_deployment(run: LocalRun, cluster: Cluster, setup: PdSetup) -> Iterat
         # beside pods that are already Ready, Kthena v1.0.0's router may leave them out of its
         # prefill/decode pairs for good (docs/troubleshooting.md, "no decode pod found").
         clock = time.monotonic()
-        router = cluster.start_router([(address, PORT) for address in kubelet.addresses()])
+        router = cluster.start_router([(pod_ip, PORT) for pod_ip in kubelet.addresses()])
         timings["router_started"] = time.monotonic() - clock
         clock = time.monotonic()
         kubelet.start()
@@ -137,8 +143,7 @@ def kthena_deployment(run: LocalRun, cluster: Cluster, setup: PdSetup) -> Iterat
         timings["router_routes"] = time.monotonic() - clock
         yield KthenaDeployment(cluster, api, kubelet, setup, pods, router, timings)
     finally:
-        for name in ("kthena-router", "kthena-router-relay"):
-            cluster.stop(name)
+        cluster.stop_router()
         kubelet.close()
         for obj in reversed(setup.objects):
             if obj["kind"] in OWNED_KINDS:

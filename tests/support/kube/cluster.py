@@ -373,6 +373,11 @@ class Cluster:
         wait_for("Kthena's router listening", listening, START_TIMEOUT)
         return base
 
+    def stop_router(self) -> None:
+        """Stop the router started by start_router, and its relay."""
+        for name in ("kthena-router", "kthena-router-relay"):
+            self.stop(name)
+
     def _write_kubeconfig(self) -> None:
         config = {
             "apiVersion": "v1",
