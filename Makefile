@@ -18,10 +18,12 @@ RENDER_HELM := $(if $(HELM),$(HELM),$(PINNED_HELM))
 RENDER_HELM_DEP := $(if $(HELM),,$(PINNED_HELM))
 CT_TARGET_BRANCH ?= main
 CHECKOV_STAMP := .tools/checkov/.installed
-E2E_STAMP := .tools/e2e/.installed .tools/ascend-overlay/.installed .tools/python-slim/.installed
+ASCEND_OVERLAY_PINS := $(wildcard requirements-ascend-overlay-v*.txt)
+E2E_STAMP := .tools/e2e/.installed .tools/ascend-overlay/.installed .tools/python-slim/.installed \
+	$(patsubst requirements-ascend-overlay-%.txt,.tools/ascend-overlay-%/.installed,$(ASCEND_OVERLAY_PINS))
 CHART_VERSION = $(shell sed -n 's/^version: *//p' chart/Chart.yaml)
 
-.PHONY: help tools helm render test unit test-time drills ttft-split e2e e2e-2p1d e2e-kthena e2e-venv conformance fuzz golden schema docs lint package clean \
+.PHONY: help tools helm render test unit test-time drills ttft-split e2e e2e-2p1d e2e-kthena e2e-venv conformance fuzz engines engines-check golden schema docs lint package clean \
 	cluster-tools cluster-up cluster-down cluster-test
 
 help: ## List the targets.
@@ -42,7 +44,7 @@ $(CHECKOV_STAMP): requirements-checkov.txt
 	.tools/checkov/bin/python -m pip install --quiet -r requirements-checkov.txt
 	touch $@
 
-$(E2E_STAMP) &: requirements-e2e.txt requirements-e2e-nodeps.txt requirements-ascend-overlay.txt scripts/install-e2e.sh tests/e2e/libcuda-stub.sh
+$(E2E_STAMP) &: requirements-e2e.txt requirements-e2e-nodeps.txt requirements-ascend-overlay.txt $(ASCEND_OVERLAY_PINS) scripts/install-e2e.sh tests/e2e/libcuda-stub.sh
 	rm -f $(E2E_STAMP)
 	scripts/install-e2e.sh
 
@@ -114,6 +116,13 @@ conformance: $(TEST_STAMP) $(E2E_STAMP) helm ## Only the runtime-conformance che
 
 fuzz: $(TEST_STAMP) helm ## The property-based values test at length (FUZZ=3000 examples, helm 3 and 4, random seeds).
 	MOONCAKE_PD_FUZZ=$(or $(FUZZ),3000) $(PY) -m pytest tests/test_fuzz.py -k test_values_render -x
+
+engines: $(STAMP) $(E2E_STAMP) ## Regenerate chart/files/engines/<version>/ from each engine version's own wheels (vLLM's parsers, vLLM-Ascend's sources); read the diff before committing.
+	$(PY) -m mooncake_pd engines generate
+	git diff --stat -- chart/files/engines
+
+engines-check: $(STAMP) $(E2E_STAMP) ## Fail where chart/files/engines/ differs from what the wheels say (tests/test_engine_data.py runs the same).
+	$(PY) -m mooncake_pd engines generate --check
 
 golden: $(STAMP) helm ## Regenerate tests/golden/ from the chart; read the diff before committing.
 	$(PY) -m mooncake_pd --helm $(PINNED_HELM) golden

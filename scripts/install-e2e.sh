@@ -3,7 +3,8 @@
 # slim Python image's stand-in (.tools/python-slim: Python 3.11 and its standard library alone,
 # as docker.io/library/python:3.11-slim runs the helm-test pod) that `make e2e` and
 # `make conformance` run the chart's processes with (tests/support/localpods.py).
-# Pinned: requirements-e2e.txt, requirements-e2e-nodeps.txt, requirements-ascend-overlay.txt.
+# Pinned: requirements-e2e.txt, requirements-e2e-nodeps.txt, requirements-ascend-overlay.txt and
+# requirements-ascend-overlay-v<version>.txt (one overlay per later engine version).
 # A missing prerequisite ends it with one line naming what is missing; nothing is skipped.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -61,10 +62,22 @@ if [ ! -f "${overlay}/.installed" ]; then
   pip_install --no-deps --target "${overlay}" -r requirements-ascend-overlay.txt
   touch "${overlay}/.installed"
 fi
+# The later engine versions' vLLM-Ascend images (vLLM, vllm-ascend and torch_npu of that release,
+# about 1.4 and 0.8 GB): the conformance tests run that version's containers in them.
+for pins in requirements-ascend-overlay-v*.txt; do
+  version=${pins#requirements-ascend-overlay-}
+  version=${version%.txt}
+  target="${overlay}-${version}"
+  if [ ! -f "${target}/.installed" ]; then
+    rm -rf "${target}"
+    pip_install --no-deps --target "${target}" -r "${pins}"
+    touch "${target}/.installed"
+  fi
+done
 if [ ! -f "${slim}/.installed" ]; then
   rm -rf "${slim}"
   # No pip, no site packages: only what the image's interpreter brings.
   "${python}" -m venv --without-pip "${slim}" || die "${python} -m venv ${slim} failed"
   touch "${slim}/.installed"
 fi
-echo "install-e2e: ${venv}, ${overlay} and ${slim} ready"
+echo "install-e2e: ${venv}, ${overlay}[-v<version>] and ${slim} ready"

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 from mooncake_pd import cli as mooncake_cli
 from mooncake_pd import commands, manifests, paths
@@ -121,10 +122,11 @@ def test_render_suggests_the_nearest_vllm_flag(tmp_path: Path):
 
 @pytest.mark.parametrize("values", sorted(paths.VALUES_DIR.glob("*.yaml")), ids=lambda p: p.stem)
 def test_every_preset_gives_vllm_a_command_line_it_parses(values: Path):
-    """Each role's `vllm serve` command line, as the start script runs it, against vLLM 0.13.0's
-    own option list."""
-    from mooncake_pd import engines, helm, vllmflags
+    """Each role's `vllm serve` command line, as the start script runs it, against the own option
+    list of the vLLM the preset's engine version runs."""
+    from mooncake_pd import engines, helm, profiles, vllmflags
 
+    version = profiles.engine_version(yaml.safe_load(values.read_text()))
     objects = manifests.parse(helm.template(paths.helm_binary(), (values,)))
     for run in engines.entry_runs(objects):
-        assert vllmflags.check_argv(run.run.argv[2:]) == [], (run.role, run.run.argv)
+        assert vllmflags.check_argv(run.run.argv[2:], version=version) == [], (run.role, run.run.argv)

@@ -18,6 +18,12 @@ entry points load) and torch_npu 2.8.0.post2, without CANN or a driver, as in a 
 A container added later is covered without a new test: every container of every scenario is
 run, and one whose image has no Python here fails the test (localpods.IMAGE_PYTHONS).
 
+The later engine versions (v0.18.0, v0.23.0) run their own proxy from their image in their
+image's Python (that release's vllm, vllm-ascend and torch_npu over the same venv; Python 3.11
+here, where v0.23.0's image has 3.12), and each version's rendered --kv-transfer-config goes
+through that version's own KVTransferConfig, connector registry and vLLM-Ascend's
+check_kv_extra_config (tests/support/kvconfig_check.py).
+
 Also here: ModelScope's own revision check on the rendered revision, the per-node start scripts
 of multi-node roles against vLLM 0.13.0's option list, and the NetworkPolicies' data path.
 What it cannot prove: the image's exact torch (2.8 there, 2.9.1 here, the CPU build of vLLM
@@ -42,10 +48,12 @@ from mooncake_pd import bench, engines, paths, validate, vllmflags
 from support import netpol
 from support.localpods import (
     E2E_VENV,
+    LATER_ASCEND,
     Container,
     Network,
     Proc,
     Processes,
+    image_files,
     image_python,
     pod_specs,
     post_json,
@@ -76,6 +84,9 @@ SCENARIOS = {
     "download-huggingface": DOWNLOAD,
     "download-modelscope": {"model": {**DOWNLOAD["model"], "download": {"repo": "org/model", "hub": "modelscope"}}},
     "benchmark": {"benchmark": {"enabled": True, "workload": {"numPrompts": 8, "inputLen": 32, "outputLen": 8}}},
+    # The later engine versions: their proxy, from their image, in their image's Python.
+    "ascend-v0.18.0": {"engine": {"version": "v0.18.0"}},
+    "ascend-v0.23.0": {"image": {"tag": "v0.23.0-a3"}, "decode": {"args": {"additional-config": None}}},
     # Last: they run no proxy, and the proxy the others share then starts once (Servers).
     "kthena-router": {"router": {"type": "kthena", "kthena": {"servicePort": ROUTER_PORT}}, "decode": {"port": 7100}},
     "benchmark-kthena-router": {
@@ -94,7 +105,8 @@ def _render(render: Renderer, scenario: str) -> Rendered:
 
 @pytest.fixture(scope="session")
 def image_pythons() -> None:
-    for image in ("quay.io/ascend/vllm-ascend:v0.13.0", "docker.io/vllm/vllm-openai:v0.13.0"):
+    later = [f"quay.io/ascend/vllm-ascend:{v}-a3" for v in LATER_ASCEND]
+    for image in ("quay.io/ascend/vllm-ascend:v0.13.0", "docker.io/vllm/vllm-openai:v0.13.0", *later):
         missing = image_python(image).missing()
         if missing:
             pytest.fail(f"{image}: its Python is not installed here ({missing[0]}): run `make e2e-venv`")
@@ -325,6 +337,67 @@ def test_the_vllm_ascend_image_python_reproduces_the_npu_less_pod(image_pythons)
     proc = _python(ascend, ["-c", "import torch"], {})
     assert proc.returncode != 0 and TORCH_NPU_FAILURE in proc.stderr, proc.stderr[-2000:]
     assert _python(ascend, ["-c", "import torch"], {"TORCH_DEVICE_BACKEND_AUTOLOAD": "0"}).returncode == 0
+
+
+@pytest.mark.parametrize(("version", "needs_autoload_off"), [("v0.13.0", True), ("v0.18.0", True), ("v0.23.0", False)])
+def test_which_proxy_needs_torch_autoload_off(image_pythons, version: str, needs_autoload_off: bool):
+    """Each version's proxy in its image's Python, without the chart's env: v0.13.0 imports vLLM
+    (so torch, so torch_npu without a driver); v0.18.0 wraps that import in `except ImportError`,
+    which torch_npu's RuntimeError escapes; v0.23.0 imports neither. The chart sets
+    TORCH_DEVICE_BACKEND_AUTOLOAD=0 for all three (mooncake-pd.env.cpuPython): the other CPU
+    containers in the image (download, benchmark) still import torch."""
+    image = image_python(f"quay.io/ascend/vllm-ascend:{version}-a3")
+    script = next(iter(image_files(f"quay.io/ascend/vllm-ascend:{version}-a3").values()))
+    proc = _python(image, [str(script), "--help"], {})
+    if needs_autoload_off:
+        assert proc.returncode != 0 and TORCH_NPU_FAILURE in proc.stderr, proc.stderr[-2000:]
+        assert _python(image, [str(script), "--help"], {"TORCH_DEVICE_BACKEND_AUTOLOAD": "0"}).returncode == 0
+    else:
+        assert proc.returncode == 0 and "--prefiller-hosts" in proc.stdout, proc.stderr[-2000:]
+
+
+def _kv_checks(version: str, rows: list[dict[str, Any]]) -> dict[str, str]:
+    """tests/support/kvconfig_check.py in the vLLM-Ascend image's Python of `version`: role ->
+    what that version's own code refuses in the role's --kv-transfer-config ("" for nothing)."""
+    image = image_python(f"quay.io/ascend/vllm-ascend:{version}-a3")
+    script = TESTS / "support" / "kvconfig_check.py"
+    proc = _python(image, [str(script), json.dumps(rows)], {"TORCH_DEVICE_BACKEND_AUTOLOAD": "0"})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    # vLLM logs to stdout too: the script's own lines are the JSON ones.
+    lines = [line for line in proc.stdout.splitlines() if line.startswith('{"role"')]
+    return {r["role"]: r["problem"] for r in map(json.loads, lines)}
+
+
+@pytest.mark.parametrize("version", ["v0.13.0", *LATER_ASCEND])
+def test_each_versions_own_code_accepts_the_rendered_kv_transfer_config(render: Renderer, image_pythons, version):
+    """The rendered --kv-transfer-config of both roles through that version's vLLM
+    (KVTransferConfig, which refuses unknown keys from 0.18; its connector registry after
+    vLLM-Ascend's own register_connector; the module path, where written) and vLLM-Ascend's
+    check_kv_extra_config against the role's TP and DP, as they run at start. The controls show
+    the same checks refusing what the chart refuses at render for that version."""
+    values = {"engine": {"version": version}, "decode": {"args": {"additional-config": None}}}
+    rendered = render(overrides=values)
+    rows = []
+    for run in engines.entry_runs(rendered.objects):
+        argv = run.run.argv
+        config = json.loads(argv[argv.index("--kv-transfer-config") + 1])
+        # The parallel sizes as vLLM reads them: from the command line.
+        tensor = argv[argv.index("--tensor-parallel-size") + 1]
+        data = argv[argv.index("--data-parallel-size") + 1]
+        rows.append({"role": run.role, "config": config, "tensor": tensor, "data": data})
+    stale = {**rows[0]["config"], "kv_connector_module_path": "vllm_ascend.distributed.mooncake_connector"}
+    unknown = {**rows[0]["config"], "kv_buffer_sizes": 1}
+    wrong_dp = {**rows[0]["config"], "kv_connector_extra_config": {"prefill": {"tp_size": 2, "dp_size": 1}}}
+    controls = [
+        {**rows[0], "role": "stale-module", "config": stale},
+        {**rows[0], "role": "unknown-key", "config": unknown},
+        {**rows[0], "role": "wrong-dp", "config": wrong_dp},
+    ]
+    found = _kv_checks(version, rows + controls)
+    assert {r["role"]: found[r["role"]] for r in rows} == {"prefill": "", "decode": ""}, found
+    assert ("ModuleNotFoundError" in found["stale-module"]) == (version != "v0.13.0"), found
+    assert ("unexpected_keyword_argument" in found["unknown-key"]) == (version != "v0.13.0"), found
+    assert "conflicting data parallel size" in found["wrong-dp"], found
 
 
 def test_the_old_benchmark_image_dies_at_import(render: Renderer, servers: Servers):

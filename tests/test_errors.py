@@ -24,6 +24,7 @@ EXIT_CODES = {
     "mooncake_pd.cel.CelUnsupported": FAILED,
     "mooncake_pd.chartfiles.ChartFileError": BAD_INPUT,
     "mooncake_pd.docs.DocsError": BAD_INPUT,
+    "mooncake_pd.enginedata.EngineDataError": FAILED,
     "mooncake_pd.errors.MooncakePdError": BAD_INPUT,
     "mooncake_pd.generate.GenerateError": BAD_INPUT,
     "mooncake_pd.helm.HelmError": BAD_INPUT,

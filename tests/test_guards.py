@@ -51,7 +51,7 @@ def test_all_broken_rules_are_reported_together(render: Renderer):
             "prefill": {"parallelism": {"tensor": 4}},
         },
         {"fullnameOverride": "a" * 49},
-        {"prefill": {"kvPort": 36001}, "decode": {"kvPort": 17000}},
+        {"prefill": {"kvPort": 36001}, "decode": {"kvPort": 17001}},
     ],
     ids=[
         "mla-relaxes-tp-multiple",

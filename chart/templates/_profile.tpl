@@ -79,8 +79,10 @@ is parsed once however often the profile is read. */}}
 {{- end }}
 
 {{/* The profile of accelerator.type as JSON: the accelerator's row (with its `type`), its
-family's fields, `engine` (the row of its engine version, without the images) and `image`
-(the engine image of this accelerator: repository and tag). */}}
+family's fields, `engine` (the row of the release's engine version, without the images, with
+its `version` and where that came from, `versionFrom`) and `image` (the engine image of this
+accelerator at that version: repository and tag). An engine version the table lacks, or one
+without an image for this accelerator, fails here: nothing else can be checked against it. */}}
 {{- define "mooncake-pd.profile" -}}
 {{- $table := include "mooncake-pd.profile.table" . | fromJson -}}
 {{- $type := .Values.accelerator.type -}}
@@ -89,10 +91,50 @@ family's fields, `engine` (the row of its engine version, without the images) an
 {{- fail (printf "accelerator.type: %q is not a known profile; use one of: %s" $type (keys $table.accelerators | sortAlpha | join ", ")) -}}
 {{- end -}}
 {{- $profile := merge (dict "type" $type) $row (get $table.families $row.family) -}}
-{{- $engine := get $table.engines $row.engineVersion -}}
+{{- $chosen := include "mooncake-pd.profile.engineVersion" . | fromJson -}}
+{{- $engine := get $table.engines $chosen.version -}}
+{{- $runs := list -}}
+{{- range $version, $e := $table.engines }}{{ if hasKey $e.images $type }}{{ $runs = append $runs $version }}{{ end }}{{ end -}}
+{{- if not $engine -}}
+{{- fail (printf "engine.version: %q (%s) is not an engine version the chart knows; use one of %s on %s (with an image of that version), or add it (docs/development.md, \"Add an engine version\")" $chosen.version $chosen.from (join ", " $runs) $type) -}}
+{{- end -}}
+{{- if not (hasKey $engine.images $type) -}}
+{{- fail (printf "engine.version: %s (%s) has no %s image (%s); use one of %s on %s" $chosen.version $chosen.from $type $engine.description (join ", " $runs) $type) -}}
+{{- end -}}
 {{- $_ := set $profile "image" (get $engine.images $type) -}}
-{{- $_ := set $profile "engine" (omit $engine "images") -}}
+{{- $_ := set $profile "engine" (merge (dict "version" $chosen.version "versionFrom" $chosen.from) (omit $engine "images")) -}}
 {{- toJson $profile -}}
+{{- end }}
+
+{{/* The engine version a release tag names ("v0.23.0" of v0.23.0-a3, v0.23.0-a3-openeuler or
+v0.23.0), or "" for a tag that names none (latest, a build of your own, an rc). */}}
+{{- define "mooncake-pd.profile.tagVersion" -}}
+{{- if regexMatch "^v[0-9]+[.][0-9]+[.][0-9]+(-[a-z0-9]+)*$" (toString .) -}}
+{{- regexFind "^v[0-9]+[.][0-9]+[.][0-9]+" (toString .) -}}
+{{- end -}}
+{{- end }}
+
+{{/* The release's engine version and where it came from, as JSON {version, from}:
+engine.version; else the version of a release tag in image.tag; else the accelerator's default
+(profiles.yaml engineVersion). The validate.engineVersion rules refuse the two disagreeing, and
+a tag that names no version without engine.version. */}}
+{{- define "mooncake-pd.profile.engineVersion" -}}
+{{- $table := include "mooncake-pd.profile.table" . | fromJson -}}
+{{- $tagVersion := include "mooncake-pd.profile.tagVersion" .Values.image.tag -}}
+{{- if .Values.engine.version -}}
+{{- toJson (dict "version" (toString .Values.engine.version) "from" "engine.version") -}}
+{{- else if $tagVersion -}}
+{{- toJson (dict "version" $tagVersion "from" (printf "from image.tag %s" .Values.image.tag)) -}}
+{{- else -}}
+{{- $row := get $table.accelerators .Values.accelerator.type | default dict -}}
+{{- toJson (dict "version" (toString $row.engineVersion) "from" (printf "the %s default" .Values.accelerator.type)) -}}
+{{- end -}}
+{{- end }}
+
+{{/* A file of the engine version's data, read from its own packages (files/engines/<version>/,
+SOURCE.md there): its path under chart/. (dict "root" $ "file" "serve-flags.json") */}}
+{{- define "mooncake-pd.profile.engineFile" -}}
+{{- printf "files/engines/%s/%s" (include "mooncake-pd.profile" .root | fromJson).engine.version .file -}}
 {{- end }}
 
 {{/* The row of kthena.version in the kthena table, as JSON ({} for a version it does not

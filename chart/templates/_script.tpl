@@ -66,7 +66,7 @@ exec vllm serve "${MODEL_LOCATION}" \
   --served-model-name {{ include "mooncake-pd.util.shellQuote" $root.Values.model.servedName }} \
   --max-model-len {{ include "mooncake-pd.util.shellQuote" (int64 $root.Values.model.maxModelLen) }} \
   "${model_args[@]}" \
-{{- include "mooncake-pd.vllm.argLines" (dict "flags" $args "indent" 2) }}
+{{- include "mooncake-pd.vllm.argLines" (dict "flags" $args "negatives" (include "mooncake-pd.vllm.negatives" (dict "root" $root "list" "serve-flags.json") | fromJson) "indent" 2) }}
   --kv-transfer-config "${kv_transfer_config}"
 {{ end }}
 

@@ -1,17 +1,17 @@
 {{/*
-vLLM's command line: its option lists and metric names (per engine version, profiles.yaml),
+vLLM's command line: its option lists, KVTransferConfig and metric names (per engine version,
+files/engines/<version>/),
 flag maps as command-line words, and a role's `vllm serve` flags.
 */}}
 
-{{/* The options of a vLLM command of the profile's engine version, read from its own parser
-(files/vllm/SOURCE.md), as JSON: name without "--" (every spelling, --no-x included) -> kind
-(bool, value, list). (dict "root" $ "list" "serveOptions") or "benchOptions". */}}
+{{/* The options of a vLLM command of the release's engine version, read from its own parser
+(files/engines/<version>/SOURCE.md), as JSON: name without "--" (every spelling, --no-x
+included) -> kind (bool, value, list). (dict "root" $ "list" "serve-flags.json") or
+"bench-serve-flags.json". */}}
 {{- define "mooncake-pd.vllm.options" -}}
-{{- $file := get (include "mooncake-pd.profile" .root | fromJson).engine .list -}}
-{{- /* Python's json writes float('inf') defaults as Infinity, which is not JSON: only the
-names and kinds are read here. */ -}}
-{{- $data := .root.Files.Get (printf "files/%s" $file) | replace ": Infinity" ": null" | fromJson -}}
-{{- if not $data.flags }}{{ fail (printf "chart/files/%s: cannot read vLLM's option list" $file) }}{{ end -}}
+{{- $file := include "mooncake-pd.profile.engineFile" (dict "root" .root "file" .list) -}}
+{{- $data := .root.Files.Get $file | fromJson -}}
+{{- if not $data.flags }}{{ fail (printf "chart/%s: cannot read vLLM's option list" $file) }}{{ end -}}
 {{- $names := dict -}}
 {{- range $flag := $data.flags }}
 {{- range $option := $flag.options }}
@@ -21,25 +21,52 @@ names and kinds are read here. */ -}}
 {{- toJson $names -}}
 {{- end }}
 
-{{/* The metric families the profile's engine version exports: name -> type, as JSON
-(files/vllm/metrics-<version>.txt, read from real engines). */}}
+{{/* How vLLM's parser spells "off" for each two-way flag of a command of the release's engine
+version: name -> the other long spelling, without "--" (enable-prefix-caching ->
+no-enable-prefix-caching in 0.13, disable-prefix-caching in 0.33). JSON. (dict "root" $ "list"
+"serve-flags.json") */}}
+{{- define "mooncake-pd.vllm.negatives" -}}
+{{- $file := include "mooncake-pd.profile.engineFile" (dict "root" .root "file" .list) -}}
+{{- $negatives := dict -}}
+{{- range $flag := (.root.Files.Get $file | fromJson).flags }}
+{{- $longs := list }}
+{{- range $option := $flag.options }}{{ if hasPrefix "--" $option }}{{ $longs = append $longs (trimPrefix "--" $option) }}{{ end }}{{ end }}
+{{- if and (eq $flag.kind "bool") (eq (len $longs) 2) }}
+{{- $_ := set $negatives (index $longs 0) (index $longs 1) }}
+{{- $_ := set $negatives (index $longs 1) (index $longs 0) }}
+{{- end }}
+{{- end }}
+{{- toJson $negatives -}}
+{{- end }}
+
+{{/* The metric families the release's engine version registers that the chart reads: name ->
+type, as JSON (files/engines/<version>/metrics.txt). */}}
 {{- define "mooncake-pd.vllm.metrics" -}}
-{{- $file := (include "mooncake-pd.profile" . | fromJson).engine.metrics -}}
+{{- $file := include "mooncake-pd.profile.engineFile" (dict "root" . "file" "metrics.txt") -}}
 {{- $out := dict -}}
-{{- range $line := .Files.Lines (printf "files/%s" $file) -}}
+{{- range $line := .Files.Lines $file -}}
 {{- $fields := splitList " " (trim $line) -}}
 {{- if and (eq (len $fields) 2) (not (hasPrefix "#" $line)) -}}
 {{- $_ := set $out (index $fields 0) (index $fields 1) -}}
 {{- end -}}
 {{- end -}}
-{{- if not $out }}{{ fail (printf "chart/files/%s: cannot read vLLM's metric list" $file) }}{{ end -}}
+{{- if not $out }}{{ fail (printf "chart/%s: cannot read vLLM's metric list" $file) }}{{ end -}}
 {{- $out | toJson -}}
+{{- end }}
+
+{{/* KVTransferConfig of the release's engine version (files/engines/<version>/
+kv-transfer-config.json): {fields: name -> {default}, extra: forbid|ignore|allow}. */}}
+{{- define "mooncake-pd.vllm.kvTransferConfig" -}}
+{{- $file := include "mooncake-pd.profile.engineFile" (dict "root" . "file" "kv-transfer-config.json") -}}
+{{- $data := .Files.Get $file | fromJson -}}
+{{- if not $data.fields }}{{ fail (printf "chart/%s: cannot read KVTransferConfig's fields" $file) }}{{ end -}}
+{{- toJson $data -}}
 {{- end }}
 
 {{/* What vLLM's parser would refuse in one args key (from mooncake-pd.vllm.options), or
 nothing: an unknown flag, a value on a flag that takes none, none on one that needs it, false on
-a flag without a --no- form. (dict "where" "prefill.args" "key" $k "value" $v "options" $options
-"command" "vllm serve" "version" "0.13.0") */}}
+a flag without an "off" spelling. (dict "where" "prefill.args" "key" $k "value" $v "options"
+$options "negatives" $negatives "command" "vllm serve" "version" "0.13.0") */}}
 {{- define "mooncake-pd.vllm.optionProblem" -}}
 {{- $name := replace "_" "-" .key -}}
 {{- $kind := get .options $name -}}
@@ -48,20 +75,23 @@ a flag without a --no- form. (dict "where" "prefill.args" "key" $k "value" $v "o
 {{- printf "%s.%s: not an option of %s in vLLM %s; check its spelling (`mooncake-pd render` suggests the nearest)" .where .key .command .version -}}
 {{- else if and (eq $kind "bool") (not (or (kindIs "bool" $val) (kindIs "invalid" $val))) -}}
 {{- printf "%s.%s: --%s takes no value; use true or false" .where .key $name -}}
-{{- else if and (eq $kind "bool") (kindIs "bool" $val) (not $val) (not (hasKey .options (printf "no-%s" $name))) -}}
-{{- printf "%s.%s: vLLM has no --no-%s; remove the key (or null it to drop a shared one)" .where .key $name -}}
+{{- else if and (eq $kind "bool") (kindIs "bool" $val) (not $val) (not (hasKey .negatives $name)) -}}
+{{- printf "%s.%s: vLLM %s has no way to turn --%s off; remove the key (or null it to drop a shared one)" .where .key .version $name -}}
 {{- else if and (ne $kind "bool") (kindIs "bool" $val) -}}
 {{- printf "%s.%s: --%s takes a value, not %v" .where .key $name $val -}}
 {{- end -}}
 {{- end }}
 
 {{/* Command-line words of a flag map, one list per flag (the flag, then its values): true ->
-[--k], false -> [--no-k], map -> [--k, JSON], list -> [--k, v...], null -> nothing. JSON. */}}
+[--k], false -> vLLM's "off" spelling of k (.negatives, mooncake-pd.vllm.negatives; --no-k
+where it lists none), map -> [--k, JSON], list -> [--k, v...], null -> nothing. JSON.
+(dict "flags" $map "negatives" $negatives) */}}
 {{- define "mooncake-pd.vllm.flagWords" -}}
 {{- $words := list -}}
-{{- range $k, $val := . }}
+{{- $negatives := .negatives | default dict -}}
+{{- range $k, $val := .flags }}
 {{- if kindIs "bool" $val }}
-{{- $words = append $words (list (printf "--%s%s" (ternary "" "no-" $val) $k)) }}
+{{- $words = append $words (list (printf "--%s" (ternary $k (get $negatives $k | default (printf "no-%s" $k)) $val))) }}
 {{- else if kindIs "map" $val }}
 {{- $words = append $words (list (printf "--%s" $k) (toJson $val)) }}
 {{- else if kindIs "slice" $val }}
@@ -77,19 +107,22 @@ a flag without a --no- form. (dict "where" "prefill.args" "key" $k "value" $v "o
 
 {{/* One command-line line per flag of a map (mooncake-pd.vllm.flagWords), each on its own line
 after .indent spaces and ending with " \": the flag as it is (the schema restricts flag names),
-its values single-quoted. (dict "flags" $map "indent" 2) */}}
+its values single-quoted. (dict "flags" $map "negatives" $negatives "indent" 2) */}}
 {{- define "mooncake-pd.vllm.argLines" -}}
 {{- $pad := repeat (int .indent) " " -}}
-{{- range $words := include "mooncake-pd.vllm.flagWords" .flags | fromJsonArray }}
+{{- range $words := include "mooncake-pd.vllm.flagWords" (dict "flags" .flags "negatives" .negatives) | fromJsonArray }}
 {{ $pad }}{{ first $words }}{{ range rest $words }} {{ include "mooncake-pd.util.shellQuote" . }}{{ end }} \
 {{- end }}
 {{- end }}
 
 {{/* A role's vllm serve flags: engine.args overlaid by <role>.args, with the recompute
-scheduler merged into --additional-config. JSON map. Context: (dict "root" $ "role" "prefill"). */}}
+scheduler merged into --additional-config on the roles the engine version applies it to
+(profiles.yaml recomputeSchedulerRoles: both at v0.13.0, decode alone from v0.23.0). JSON map.
+Context: (dict "root" $ "role" "prefill"). */}}
 {{- define "mooncake-pd.vllm.serveArgs" -}}
 {{- $args := include "mooncake-pd.util.overlay" (dict "base" .root.Values.engine.args "over" (index .root.Values .role).args) | fromJson -}}
-{{- if include "mooncake-pd.profile.recomputeScheduler" .root }}
+{{- $roles := (include "mooncake-pd.profile" .root | fromJson).engine.recomputeSchedulerRoles -}}
+{{- if and (include "mooncake-pd.profile.recomputeScheduler" .root) (has .role $roles) }}
 {{- $additional := deepCopy (get $args "additional-config" | default dict) }}
 {{- $_ := set $additional "recompute_scheduler_enable" true }}
 {{- $_ := set $args "additional-config" $additional }}

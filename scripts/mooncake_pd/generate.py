@@ -234,6 +234,7 @@ def derived(
 
     keys: dict[str, Any] = {
         "model.mla": model.is_mla,
+        "model.moe": True if model.is_moe else REMOVE,
         "model.hfOverrides.head_dim": (model.head_dim if fixed_head_dim and model.needs_head_dim_override else REMOVE),
         "engine.args.quantization": "ascend" if model.ascend_quantization else REMOVE,
         # Remote code runs from the model folder in a root, host-network pod: only for a model
@@ -241,6 +242,15 @@ def derived(
         # guide's true, kept for seed parity).
         "engine.args.trust-remote-code": True if "auto_map" in model.raw else None,
     }
+    # From vLLM-Ascend v0.23.0 finegrained_tp_config sizes stop a dense model at start
+    # (profiles.yaml finegrainedTpModels): null drops the chart default's (the guide's decode
+    # lmhead_tensor_parallel_size) where the engine version says so.
+    engine = profiles.profile(effective["accelerator"]["type"], version=profiles.engine_version(effective)).engine
+    if accelerator.additional_config and engine["finegrainedTpModels"] == "moe" and not model.is_moe:
+        for role in ROLES:
+            args = merged(effective["engine"].get("args") or {}, effective[role].get("args") or {})
+            if isinstance(args.get("additional-config"), dict) and "finegrained_tp_config" in args["additional-config"]:
+                keys[f"{role}.args.additional-config.finegrained_tp_config"] = None
     caps = caps or seq_caps(effective)
     fits = []
     for role in ROLES:
@@ -314,6 +324,7 @@ def generate(
     model_path: str,
     max_model_len: int | None,
     image: str | None,
+    engine_version: str | None = None,
     expert_parallel: bool = False,
     force: bool = False,
     hbm_gib: float | None = None,
@@ -333,10 +344,16 @@ def generate(
     values: dict[str, Any] = {"accelerator": {"type": accelerator}}
     if image is not None:
         values["image"] = _image(image)
+    if engine_version:
+        try:
+            profiles.profile(accelerator, version=engine_version)
+        except profiles.ProfileError as e:
+            raise GenerateError(f"--engine-version {engine_version}: {e}") from None
+        values["engine"] = {"version": engine_version}
     values["network"] = {"interface": interface}
     values["model"] = {"path": model_path, "servedName": served_name, "maxModelLen": length}
     if expert_parallel:
-        values["engine"] = {"args": {"enable-expert-parallel": True}}
+        values.setdefault("engine", {})["args"] = {"enable-expert-parallel": True}
     for role, t in roles.items():
         values[role] = {
             "replicas": t.replicas,

@@ -69,6 +69,11 @@ class Model:
         return "kv_lora_rank" in self.raw
 
     @property
+    def is_moe(self) -> bool:
+        """Routed experts in config.json (DeepSeek-V2/V3/R1, Qwen-MoE, Mixtral)."""
+        return any(int(self.raw.get(k) or 0) > 0 for k in ("n_routed_experts", "num_experts", "num_local_experts"))
+
+    @property
     def head_dim(self) -> int:
         """head_dim from config.json, else hidden_size // num_attention_heads (what vLLM's Qwen2 uses)."""
         return self.head_dim_in_config or self.hidden_size // self.num_attention_heads

@@ -19,9 +19,10 @@ PROMETHEUS_CRDS = PACKAGE / "crds" / "prometheus-operator"
 # maps mooncake_pd.chart to chart/), so `generate` and `render` work outside the checkout.
 IN_CHECKOUT = (REPO / "chart" / "Chart.yaml").is_file()
 CHART = REPO / "chart" if IN_CHECKOUT else PACKAGE / "chart"
-# vLLM 0.13.0's option lists: the chart checks args against them when it renders, the tooling
-# for did-you-mean and the tests (chart/files/vllm/SOURCE.md).
-VLLM_DATA = CHART / "files" / "vllm"
+# Per engine version, what its own packages say (option lists, KVTransferConfig, metrics,
+# vLLM-Ascend's connectors): the chart checks values against them when it renders, the tooling
+# for did-you-mean and the tests (chart/files/engines/<version>/SOURCE.md).
+ENGINE_DATA = CHART / "files" / "engines"
 VALUES_DIR = REPO / "values"
 GOLDEN_DIR = REPO / "tests" / "golden"
 TOOLS_DIR = REPO / ".tools"

@@ -6,6 +6,7 @@ requires, a family or engine version that does not exist), so the tooling refuse
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -136,13 +137,51 @@ class Profile:
         return dict(self.engine["connectors"][name or self.connectors[0]])
 
 
-def profile(accelerator: str, path: Path | None = None) -> Profile:
+# A release tag: v<major>.<minor>.<patch>, alone or with suffixes (-a3, -openeuler, -310p);
+# the chart's mooncake-pd.profile.tagVersion.
+_RELEASE_TAG = re.compile(r"^(v[0-9]+\.[0-9]+\.[0-9]+)(-[a-z0-9]+)*$")
+
+
+def tag_version(tag: str | None) -> str:
+    """The engine version a release tag names ("v0.23.0" of v0.23.0-a3), or ""."""
+    match = _RELEASE_TAG.match(str(tag or ""))
+    return match.group(1) if match else ""
+
+
+def engine_version(values: dict[str, Any], path: Path | None = None) -> str:
+    """The engine version a values set runs, as the chart's mooncake-pd.profile.engineVersion
+    picks it: engine.version, else image.tag's release, else the accelerator's default."""
+    explicit = str((values.get("engine") or {}).get("version") or "")
+    if explicit:
+        return explicit
+    from_tag = tag_version((values.get("image") or {}).get("tag"))
+    if from_tag:
+        return from_tag
+    accelerator = (values.get("accelerator") or {}).get("type") or "ascend-a3"
+    return str(profile(accelerator, path).row["engineVersion"])
+
+
+def versions_for(accelerator: str, path: Path | None = None) -> list[str]:
+    """The engine versions with an image for `accelerator`, in the table's order."""
+    return [v for v, row in load(path)["engines"].items() if accelerator in (row.get("images") or {})]
+
+
+def profile(accelerator: str, path: Path | None = None, version: str | None = None) -> Profile:
+    """An accelerator's profile at an engine version (default: the accelerator's own);
+    ProfileError, as the chart's, for a version the table lacks or without this accelerator."""
     table = load(path)
     row = table["accelerators"].get(accelerator)
     if row is None:
         known = ", ".join(sorted(table["accelerators"]))
         raise ProfileError(f"accelerator.type: {accelerator!r} is not a known profile; use one of: {known}")
-    return Profile(accelerator, row, table["families"][row["family"]], table["engines"][row["engineVersion"]])
+    version = version or row["engineVersion"]
+    engine = table["engines"].get(version)
+    if engine is None or accelerator not in (engine.get("images") or {}):
+        runs = ", ".join(v for v, e in table["engines"].items() if accelerator in (e.get("images") or {}))
+        raise ProfileError(
+            f"engine.version: {version!r} is not an engine version {accelerator} runs; use one of {runs}"
+        )
+    return Profile(accelerator, row, table["families"][row["family"]], {"version": version, **engine})
 
 
 def kthena_versions(path: Path | None = None) -> list[str]:

@@ -506,6 +506,7 @@ def generate(schema: dict[str, Any]) -> dict[str, Any]:
 
     accelerator_type(out)
     kthena_version(out)
+    engine_version(out)
     _named_maps(out)
     _strings(out, "", no_control)
     _required(out, "")
@@ -559,6 +560,21 @@ def kthena_version(schema: dict[str, Any]) -> None:
     node["description"] = (
         "The Kthena the cluster runs (a row of the kthena table of chart/files/profiles.yaml): what its "
         f"ModelServing accepts and which CRDs the tooling validates against. {described}."
+    )
+
+
+def engine_version(schema: dict[str, Any]) -> None:
+    """engine.version: a row of the engines table of chart/files/profiles.yaml, each described
+    there. No enum: the chart's own refusal names the versions per accelerator and how to add one."""
+    node = _node(schema, "engine.version")
+    rows = profiles.load()["engines"]
+    described = "; ".join(f"`{name}`: {row['description']}" for name, row in rows.items())
+    node["description"] = (
+        "The vLLM(-Ascend) release the engines run (a row of the engines table of chart/files/profiles.yaml; "
+        "its data, read from its own packages, in chart/files/engines/<version>/): the default image, and the "
+        "flags, KV-transfer keys, --additional-config keys, ports and env the chart writes and accepts. Empty: "
+        "the version of a release tag in image.tag (v0.23.0-a3), else the accelerator's default; required with "
+        f"an image.tag that names no release. {described}."
     )
 
 

@@ -33,6 +33,10 @@ def summarize(objects: list[Manifest], runs: list[EngineRun]) -> str:
         f"ModelServing {modelserving['metadata']['name']}: {spec['replicas']} serving group(s), "
         f"scheduler {spec['schedulerName']}, recovery {spec['recoveryPolicy']}",
     ]
+    version = (modelserving["metadata"].get("annotations") or {}).get("mooncake-pd/engine-version")
+    if version:
+        image = spec["template"]["roles"][0]["entryTemplate"]["spec"]["containers"][0]["image"]
+        lines.append(f"Engine version {version} ({profiles.load()['engines'][version]['description']}): {image}")
     by_role = {r.role: r for r in runs}
     for role in spec["template"]["roles"]:
         container = role["entryTemplate"]["spec"]["containers"][0]

@@ -1,5 +1,6 @@
-"""vLLM 0.13.0's command-line options, read from vLLM's own parser (vendored in vllm/, see its
-SOURCE.md): check a `vllm serve` or `vllm bench serve` command line, or a flag name, against them."""
+"""Each engine version's vLLM command-line options, read from vLLM's own parser into
+chart/files/engines/<version>/ (SOURCE.md there): check a `vllm serve` or `vllm bench serve`
+command line, or a flag name, against those of a version (default: the guide's, v0.13.0)."""
 
 from __future__ import annotations
 
@@ -12,8 +13,10 @@ from pathlib import Path
 
 from mooncake_pd import paths
 
-SERVE = "serve-flags-0.13.0.json"
-BENCH_SERVE = "bench-serve-flags-0.13.0.json"
+SERVE = "serve-flags.json"
+BENCH_SERVE = "bench-serve-flags.json"
+# The engine version the guide's values run (chart/files/profiles.yaml accelerators' default).
+DEFAULT_VERSION = "v0.13.0"
 
 
 @dataclass(frozen=True)
@@ -29,9 +32,9 @@ class Option:
 
 
 @cache
-def options(name: str = SERVE, folder: Path = paths.VLLM_DATA) -> dict[str, Option]:
+def options(name: str = SERVE, version: str = DEFAULT_VERSION, folder: Path | None = None) -> dict[str, Option]:
     """Every spelling (`--max-model-len`, `--no-enable-prefix-caching`, `-tp`) -> its option."""
-    data = json.loads((folder / name).read_text())
+    data = json.loads(((folder or paths.ENGINE_DATA) / version / name).read_text())
     found: dict[str, Option] = {}
     for flag in data["flags"]:
         choices = tuple(str(c) for c in flag["choices"]) if flag.get("choices") else None
@@ -41,20 +44,20 @@ def options(name: str = SERVE, folder: Path = paths.VLLM_DATA) -> dict[str, Opti
     return found
 
 
-def lookup(flag: str, name: str = SERVE) -> Option | None:
+def lookup(flag: str, name: str = SERVE, version: str = DEFAULT_VERSION) -> Option | None:
     """The option a `--flag` spelling names; vLLM also accepts underscores for dashes."""
-    known = options(name)
+    known = options(name, version)
     return known.get(flag) or known.get("--" + flag.removeprefix("--").replace("_", "-"))
 
 
-def suggestion(flag: str, name: str = SERVE) -> str:
+def suggestion(flag: str, name: str = SERVE, version: str = DEFAULT_VERSION) -> str:
     """' (did you mean --x?)' for the nearest long spelling, or ''."""
-    longs = [o for o in options(name) if o.startswith("--")]
+    longs = [o for o in options(name, version) if o.startswith("--")]
     close = difflib.get_close_matches("--" + flag.removeprefix("--"), longs, n=1, cutoff=0.75)
     return f" (did you mean {close[0]}?)" if close else ""
 
 
-def check_argv(argv: list[str], name: str = SERVE) -> list[str]:
+def check_argv(argv: list[str], name: str = SERVE, version: str = DEFAULT_VERSION) -> list[str]:
     """Problems with a command line's options (after the subcommand and its positional), as
     vLLM's parser would see them: unknown flags, a flag given twice, a bool flag with a value,
     a value flag without one, a value outside the parser's choices. Empty when it parses."""
@@ -68,9 +71,9 @@ def check_argv(argv: list[str], name: str = SERVE) -> list[str]:
             i += 1
             continue
         flag, has_inline, inline = token.partition("=")
-        option = lookup(flag, name)
+        option = lookup(flag, name, version)
         if option is None:
-            problems.append(f"{flag}: not an option of vLLM 0.13.0{suggestion(flag, name)}")
+            problems.append(f"{flag}: not an option of vLLM {version.lstrip('v')}{suggestion(flag, name, version)}")
             i += 1
             continue
         if option.dest in seen:
@@ -92,7 +95,9 @@ def check_argv(argv: list[str], name: str = SERVE) -> list[str]:
     return problems
 
 
-_UNKNOWN = re.compile(r"^(\s*- (\S+?)\.args\.(\S+): not an option of vllm (serve|bench serve) in vLLM 0\.13\.0)(.*)$")
+_UNKNOWN = re.compile(
+    r"^(\s*- (\S+?)\.args\.(\S+): not an option of vllm (serve|bench serve) in vLLM ([0-9]+\.[0-9]+\.[0-9]+))(.*)$"
+)
 
 
 def with_suggestions(message: str) -> str:
@@ -100,9 +105,10 @@ def with_suggestions(message: str) -> str:
     lines = []
     for line in message.splitlines():
         match = _UNKNOWN.match(line)
-        if match:
-            head, _, flag, command, rest = match.groups()
-            hint = suggestion(flag, SERVE if command == "serve" else BENCH_SERVE)
+        version = f"v{match.group(5)}" if match else ""
+        if match and (paths.ENGINE_DATA / version).is_dir():
+            head, _, flag, command, _, rest = match.groups()
+            hint = suggestion(flag, SERVE if command == "serve" else BENCH_SERVE, version)
             line = f"{head}{hint}{rest}" if hint else line
         lines.append(line)
     return "\n".join(lines)

@@ -4,7 +4,9 @@ them, with real upstream packages: the e2e run and the runtime-conformance tests
 What stands in for what (and nothing else does):
 - an image's Python: a venv with that image's packages (IMAGE_PYTHONS): the vLLM-Ascend image is
   the e2e venv (vLLM 0.13.0, CPU build) plus an overlay with the `vllm-ascend==0.13.0` wheel
-  and torch_npu 2.8.0.post2 (no CANN, no driver), so its entry points load as in the image;
+  and torch_npu 2.8.0.post2 (no CANN, no driver), so its entry points load as in the image; its
+  v0.18.0 and v0.23.0 images the same venv under an overlay of that release's vllm, vllm-ascend
+  and torch_npu (Python 3.11 here, where v0.23.0's image has 3.12);
   vLLM's own images are the e2e venv alone; the slim Python image of the helm-test pod is a
   venv of the same Python 3.11 with no packages (.tools/python-slim);
 - files an image ships that no package does (IMAGE_FILES): the vLLM-Ascend example proxy, as
@@ -55,6 +57,15 @@ ASCEND_OVERLAY = paths.TOOLS_DIR / "ascend-overlay"
 SLIM_PYTHON = paths.TOOLS_DIR / "python-slim"
 VENDORED_PROXY = paths.CHART / "files" / "vendor" / "vllm-ascend-v0.13.0" / "load_balance_proxy_server_example.py"
 SYSTEM_PATH = "/usr/local/bin:/usr/bin:/bin"
+# The later engine versions' vLLM-Ascend images: the overlay of each (vLLM, vllm-ascend and
+# torch_npu of that release, requirements-ascend-overlay-<version>.txt) and its vendored proxy.
+LATER_ASCEND = ("v0.18.0", "v0.23.0")
+ASCEND_OVERLAYS = {v: paths.TOOLS_DIR / f"ascend-overlay-{v}" for v in LATER_ASCEND}
+VENDORED_PROXIES = {
+    v: paths.CHART / "files" / "vendor" / f"vllm-ascend-{v}" / "load_balance_proxy_server_example.py"
+    for v in ("v0.13.0", *LATER_ASCEND)
+}
+PROXY_IN_IMAGE = "/vllm-workspace/vllm-ascend/examples/disaggregated_prefill_v1/load_balance_proxy_server_example.py"
 
 
 @dataclass(frozen=True)
@@ -74,21 +85,36 @@ class ImagePython:
         return [p for p in (self.venv / "bin" / "python3", self.overlay) if p is not None and not p.exists()]
 
 
-# Image repository prefix -> its Python here.
+# Image repository, or repository:tag prefix -> its Python here; the longest prefix wins
+# (vLLM-Ascend's v0.18.0 and v0.23.0 images have theirs, every other tag v0.13.0's).
 IMAGE_PYTHONS = {
     "quay.io/ascend/vllm-ascend": ImagePython(E2E_VENV, ASCEND_OVERLAY),
+    **{f"quay.io/ascend/vllm-ascend:{v}": ImagePython(E2E_VENV, overlay) for v, overlay in ASCEND_OVERLAYS.items()},
     "docker.io/vllm/vllm-openai": ImagePython(E2E_VENV),
     "public.ecr.aws/q9t5s3a7/vllm-cpu-release-repo": ImagePython(E2E_VENV),
     "docker.io/library/python": ImagePython(SLIM_PYTHON),
 }
-# Files inside an image that no package ships: image repository prefix -> {path: local copy}.
+# Files inside an image that no package ships: image (repository[:tag]) prefix -> {path: local
+# copy}; the longest prefix wins.
 IMAGE_FILES = {
-    "quay.io/ascend/vllm-ascend": {
-        "/vllm-workspace/vllm-ascend/examples/disaggregated_prefill_v1/load_balance_proxy_server_example.py": (
-            VENDORED_PROXY
-        ),
-    },
+    "quay.io/ascend/vllm-ascend": {PROXY_IN_IMAGE: VENDORED_PROXIES["v0.13.0"]},
+    **{f"quay.io/ascend/vllm-ascend:{v}": {PROXY_IN_IMAGE: VENDORED_PROXIES[v]} for v in LATER_ASCEND},
 }
+# What is hard-linked into the staged root (staged_root), each under its own name.
+STAGED_SOURCES = (
+    E2E_VENV,
+    ASCEND_OVERLAY,
+    *ASCEND_OVERLAYS.values(),
+    SLIM_PYTHON,
+    *(p.parent for p in VENDORED_PROXIES.values()),
+)
+
+
+def _longest(table: dict[str, Any], image: str) -> Any:
+    """The value of the longest key of `table` that `image` starts with, as repository or
+    repository:tag; None where none does."""
+    found = [k for k in table if image.startswith((k + ":", k + "@")) or (":" in k and image.startswith(k))]
+    return table[max(found, key=len)] if found else None
 
 
 def traversable_by_others(path: Path) -> bool:
@@ -105,7 +131,7 @@ def staged_root() -> Path | None:
     prune_staged()
     if traversable_by_others(paths.REPO.resolve()):
         return None
-    sources = [E2E_VENV, ASCEND_OVERLAY, SLIM_PYTHON, VENDORED_PROXY.parent]
+    sources = [p for p in STAGED_SOURCES if p.exists()]
     state = hashlib.sha256()
     for source in sources:
         for marker in (source / ".installed", source / "SOURCE.md", source):
@@ -161,21 +187,21 @@ def _staged(path: Path) -> Path:
     root = staged_root()
     if root is None:
         return path
-    for source in (E2E_VENV, ASCEND_OVERLAY, SLIM_PYTHON, VENDORED_PROXY.parent):
+    for source in STAGED_SOURCES:
         if path == source or source in path.parents:
             return root / source.name / path.relative_to(source)
     return path
 
 
 def image_python(image: str) -> ImagePython:
-    for prefix, python in IMAGE_PYTHONS.items():
-        if image.startswith(prefix + ":") or image.startswith(prefix + "@"):
-            return ImagePython(_staged(python.venv), python.overlay and _staged(python.overlay))
-    raise KeyError(f"no local Python for image {image}: add it to localpods.IMAGE_PYTHONS")
+    python = _longest(IMAGE_PYTHONS, image)
+    if python is None:
+        raise KeyError(f"no local Python for image {image}: add it to localpods.IMAGE_PYTHONS")
+    return ImagePython(_staged(python.venv), python.overlay and _staged(python.overlay))
 
 
 def image_files(image: str) -> dict[str, Path]:
-    files = next((files for prefix, files in IMAGE_FILES.items() if image.startswith(prefix)), {})
+    files = _longest(IMAGE_FILES, image) or {}
     return {path: _staged(local) for path, local in files.items()}
 
 

@@ -15,6 +15,7 @@ bounds, metrics the engine version exports, the ratio band and Kthena's duration
 {{- $errors = append $errors (printf "servingGroups: %d with autoscaling.enabled; Kthena sums a role's metric over the pods of every serving group but sets the replicas of each group, so targets would be off by the number of groups; use servingGroups 1 (the autoscaler scales the roles inside it)" (int .Values.servingGroups)) }}
 {{- end }}
 {{- $metricTypes := include "mooncake-pd.vllm.metrics" . | fromJson }}
+{{- $metricFile := include "mooncake-pd.profile.engineFile" (dict "root" $ "file" "metrics.txt") }}
 {{- $usesQuery := false }}
 {{- range $role := list "prefill" "decode" }}
 {{- $r := index $auto $role }}
@@ -40,11 +41,11 @@ bounds, metrics the engine version exports, the ratio band and Kthena's duration
 {{- range $used := regexFindAll "vllm:[a-zA-Z0-9_:]+" $m.query -1 | uniq }}
 {{- $family := regexReplaceAll "_(bucket|sum|count)$" $used "" }}
 {{- if not (or (hasKey $metricTypes $used) (eq (get $metricTypes $family | default "") "histogram")) }}
-{{- $errors = append $errors (printf "%s.query: %s is not a metric vLLM %s engines export (chart/files/%s: %s)" $where $used $engine.vllm $engine.metrics (keys $metricTypes | sortAlpha | join ", ")) }}
+{{- $errors = append $errors (printf "%s.query: %s is not a metric vLLM %s engines export (chart/%s: %s)" $where $used $engine.vllm $metricFile (keys $metricTypes | sortAlpha | join ", ")) }}
 {{- end }}
 {{- end }}
 {{- else if not (hasKey $metricTypes $m.name) }}
-{{- $errors = append $errors (printf "%s.name: %q is not a metric vLLM %s engines export, so Kthena would find nothing to scale on; use one of %s (chart/files/%s), or a Prometheus query" $where $m.name $engine.vllm (keys $metricTypes | sortAlpha | join ", ") $engine.metrics) }}
+{{- $errors = append $errors (printf "%s.name: %q is not a metric vLLM %s engines export, so Kthena would find nothing to scale on; use one of %s (chart/%s), or a Prometheus query" $where $m.name $engine.vllm (keys $metricTypes | sortAlpha | join ", ") $metricFile) }}
 {{- else if eq (get $metricTypes $m.name) "counter" }}
 {{- $errors = append $errors (printf "%s.name: %s is a counter: scraped from the pods Kthena would scale on its total since the engine started, which only grows; give a query with its rate, e.g. sum(rate(%s{modelserving=%q,role=%q}[2m])) (needs metrics.podMonitor.enabled and autoscaling.prometheus.url)" $where $m.name $m.name (include "mooncake-pd.names.fullname" $) (index $.Values $role).name) }}
 {{- end }}

@@ -33,14 +33,15 @@ workload the engines accept, and `vllm bench serve` flags of the engine version.
 {{- else if and (ne $rate "inf") (eq (float64 $rate) 0.0) }}
 {{- $errors = append $errors "benchmark.workload.requestRate: 0 requests per second sends nothing; use a positive number or \"inf\"" }}
 {{- end }}
-{{- $benchOptions := include "mooncake-pd.vllm.options" (dict "root" $ "list" "benchOptions") | fromJson }}
+{{- $benchOptions := include "mooncake-pd.vllm.options" (dict "root" $ "list" "bench-serve-flags.json") | fromJson }}
+{{- $benchNegatives := include "mooncake-pd.vllm.negatives" (dict "root" $ "list" "bench-serve-flags.json") | fromJson }}
 {{- $benchOwned := dict "base-url" "benchmark.baseUrl" "host" "benchmark.baseUrl" "port" "benchmark.baseUrl" "backend" "benchmark.api" "endpoint" "benchmark.api" "model" "model.servedName" "served-model-name" "model.servedName" "tokenizer" "benchmark.tokenizer" "dataset-name" "benchmark.workload.dataset" "dataset-path" "benchmark.workload.sharegptPath" "num-prompts" "benchmark.workload.numPrompts" "request-rate" "benchmark.workload.requestRate" "max-concurrency" "benchmark.workload.maxConcurrency" "seed" "benchmark.workload.seed" "random-input-len" "benchmark.workload.inputLen" "random-output-len" "benchmark.workload.outputLen" "save-result" "(always on: mooncake-pd bench reads the result)" "result-dir" "(the chart's)" "result-filename" "(the chart's)" "ready-check-timeout-sec" "benchmark.readyTimeoutSeconds" }}
 {{- range $k, $val := $bench.args }}
 {{- $name := replace "_" "-" $k }}
 {{- if hasKey $benchOwned $name }}
 {{- $errors = append $errors (printf "benchmark.args.%s: the chart sets --%s; %s" $k $name (include "mooncake-pd.validate.ownerFix" (get $benchOwned $name))) }}
 {{- else }}
-{{- with include "mooncake-pd.vllm.optionProblem" (dict "where" "benchmark.args" "key" $k "value" $val "options" $benchOptions "command" "vllm bench serve" "version" (include "mooncake-pd.profile" $ | fromJson).engine.vllm) }}
+{{- with include "mooncake-pd.vllm.optionProblem" (dict "where" "benchmark.args" "key" $k "value" $val "options" $benchOptions "negatives" $benchNegatives "command" "vllm bench serve" "version" (include "mooncake-pd.profile" $ | fromJson).engine.vllm) }}
 {{- $errors = append $errors . }}
 {{- end }}
 {{- end }}

@@ -56,10 +56,16 @@ map); a family's values section reaches them where its profile says so (settings
 {{- $envMaps = append $envMaps (list (printf "accelerator.%s.roleEnv.%s" $family $role) $role (get ((get $.Values.accelerator $family | default dict).roleEnv | default dict) $role)) }}
 {{- end }}
 {{- end }}
+{{- /* Variables the release's engine version no longer reads, and what replaced them
+(profiles.yaml connectors' obsoleteEnv: VLLM_NIXL_ABORT_REQUEST_TIMEOUT on vLLM-Ascend >= v0.18.0). */ -}}
+{{- $obsolete := (include "mooncake-pd.profile.connectorData" . | fromJson).obsoleteEnv | default dict }}
 {{- range $entry := $envMaps }}
 {{- $where := index $entry 0 }}
 {{- $role := index $entry 1 }}
 {{- range $k, $_ := index $entry 2 | default dict }}
+{{- if hasKey $obsolete $k }}
+{{- $errors = append $errors (printf "%s.%s: %s with %s no longer reads it (engine.version %s, %s); use %s" $where $k (include "mooncake-pd.profile.connector" $) (default (printf "vLLM %s" $profile.engine.vllm) (and $profile.engine.vllmAscend (printf "vLLM-Ascend %s" $profile.engine.version))) $profile.engine.version $profile.engine.versionFrom (get $obsolete $k)) }}
+{{- end }}
 {{- if hasKey $ownedEnv $k }}
 {{- $owner := ternary (replace "<role>" $role (get $ownedEnv $k)) (get $ownedEnv $k) (ne $role "") }}
 {{- $errors = append $errors (printf "%s.%s: the chart derives %s; %s" $where $k $k (include "mooncake-pd.validate.ownerFix" $owner)) }}
@@ -76,7 +82,8 @@ map); a family's values section reaches them where its profile says so (settings
 {{- end }}
 {{- /* vllm serve flags in args: the chart's own (set their values key instead), and vLLM's own
 options of the engine version (a misspelt flag fails at start). */ -}}
-{{- $serveOptions := include "mooncake-pd.vllm.options" (dict "root" $ "list" "serveOptions") | fromJson }}
+{{- $serveOptions := include "mooncake-pd.vllm.options" (dict "root" $ "list" "serve-flags.json") | fromJson }}
+{{- $serveNegatives := include "mooncake-pd.vllm.negatives" (dict "root" $ "list" "serve-flags.json") | fromJson }}
 {{- range $where := list "engine" "prefill" "decode" }}
 {{- $args := (index $.Values $where).args | default dict }}
 {{- $additional := get $args "additional-config" }}
@@ -88,7 +95,7 @@ options of the engine version (a misspelt flag fails at start). */ -}}
 {{- $owner := ternary (get $ownedArgs $k) (replace "<role>" $where (get $ownedArgs $k)) (eq $where "engine") }}
 {{- $errors = append $errors (printf "%s.args.%s: the chart derives --%s; %s" $where $k $k (include "mooncake-pd.validate.ownerFix" $owner)) }}
 {{- else }}
-{{- with include "mooncake-pd.vllm.optionProblem" (dict "where" (printf "%s.args" $where) "key" $k "value" $val "options" $serveOptions "command" "vllm serve" "version" $profile.engine.vllm) }}
+{{- with include "mooncake-pd.vllm.optionProblem" (dict "where" (printf "%s.args" $where) "key" $k "value" $val "options" $serveOptions "negatives" $serveNegatives "command" "vllm serve" "version" $profile.engine.vllm) }}
 {{- $errors = append $errors . }}
 {{- end }}
 {{- end }}

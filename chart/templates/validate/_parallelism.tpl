@@ -15,9 +15,11 @@ between prefill and decode of the connector (profiles.yaml tensorRule).
 {{- $errors = append $errors (printf "%s.parallelism: data (%d) must equal dataLocal (%d) x (workerReplicas (%d) + 1) = %d; every pod of an instance runs dataLocal DP ranks" $role (int $p.data) $dataLocal $workers (mul $dataLocal (add $workers 1))) }}
 {{- end }}
 {{- end }}
-{{- /* prefillMultiple: prefill TP >= decode TP and divisible by it for non-MLA models
-(vLLM-Ascend MooncakeConnectorV1, check_kv_extra_config); equal: upstream MooncakeConnector;
-any: NIXL handles unequal TP. */ -}}
+{{- /* The connector's rule at the release's engine version (profiles.yaml tensorRule):
+prefillMultiple: prefill TP >= decode TP and divisible by it for non-MLA models (vLLM-Ascend
+MooncakeConnectorV1, check_kv_extra_config); decodeMultiple: the reverse (vLLM 0.13's NIXL);
+divisible: either divides the other (NIXL from vLLM 0.18); equal: upstream MooncakeConnector;
+any: no rule. */ -}}
 {{- $connector := include "mooncake-pd.profile.connector" . }}
 {{- $rule := (include "mooncake-pd.profile.connectorData" . | fromJson).tensorRule }}
 {{- $ptp := int .Values.prefill.parallelism.tensor }}
@@ -25,6 +27,14 @@ any: NIXL handles unequal TP. */ -}}
 {{- if eq $rule "equal" }}
 {{- if ne $ptp $dtp }}
 {{- $errors = append $errors (printf "decode.parallelism.tensor: %d differs from prefill.parallelism.tensor (%d); %s needs equal TP (NixlConnector does not)" $dtp $ptp $connector) }}
+{{- end }}
+{{- else if eq $rule "decodeMultiple" }}
+{{- if or (lt $dtp $ptp) (ne 0 (mod $dtp (max $ptp 1))) }}
+{{- $errors = append $errors (printf "decode.parallelism.tensor: %d is not a multiple of prefill.parallelism.tensor (%d); %s of vLLM %s needs decode TP to be a multiple of prefill TP (\"Decode TP cannot be smaller than prefill TP\"); from engine.version v0.18.0 either may divide the other" $dtp $ptp $connector (include "mooncake-pd.profile" . | fromJson).engine.vllm) }}
+{{- end }}
+{{- else if eq $rule "divisible" }}
+{{- if ne 0 (mod (max $ptp $dtp) (max (min $ptp $dtp) 1)) }}
+{{- $errors = append $errors (printf "decode.parallelism.tensor: %d and prefill.parallelism.tensor (%d) do not divide one another; %s needs the larger TP to be a multiple of the smaller" $dtp $ptp $connector) }}
 {{- end }}
 {{- else if ne $rule "prefillMultiple" }}
 {{- else if lt $ptp $dtp }}

@@ -20,10 +20,11 @@ SUMMARIES = {
     "docs": "regenerate the values reference docs/values.md from chart/values.schema.json",
     "chartcheck": "check Chart.yaml and that a chart change bumps its version (as ct lint does)",
     "autoscale": "model Kthena's autoscaler offline (simulate)",
+    "engines": "read an engine version's option lists, configs and metrics from its own packages",
 }
 # Commands that write or check the repository's own files: a checkout has them, an installed
 # tool does not (`golden` would write into its site-packages).
-DEVELOPER = frozenset({"golden", "schema", "docs", "chartcheck"})
+DEVELOPER = frozenset({"golden", "schema", "docs", "chartcheck", "engines"})
 
 
 def load(name: str) -> ModuleType:

@@ -97,6 +97,7 @@ def run(args: argparse.Namespace) -> int:
         model_path=args.model_path or f"/models/{name}",
         max_model_len=args.max_model_len,
         image=args.image,
+        engine_version=args.engine_version,
         expert_parallel=args.enable_expert_parallel,
         force=args.force,
         hbm_gib=hbm_gib,
@@ -226,7 +227,15 @@ def add_options(generate: argparse.ArgumentParser) -> None:
         "(by default the engines' preflight derives head_dim from the mounted model)",
     )
     generate.add_argument("--force", action="store_true", help="allow --max-model-len above max_position_embeddings")
-    generate.add_argument("--image", help="engine image as repository:tag (default: vLLM-Ascend for the accelerator)")
+    generate.add_argument(
+        "--image", help="engine image as repository:tag (default: the engine version's for the accelerator)"
+    )
+    generate.add_argument(
+        "--engine-version",
+        help="the vLLM(-Ascend) release the engines run, as engine.version (e.g. v0.23.0; default: the "
+        "accelerator's, v0.13.0): its image, flags and rules (chart/files/profiles.yaml engines); "
+        "docs/upgrading.md",
+    )
     generate.add_argument(
         "--enable-expert-parallel",
         action="store_true",

@@ -1,0 +1,349 @@
+"""Engine versions (issue #26): engine.version, or image.tag's release, selects what the chart
+writes and accepts, from the version's row of profiles.yaml and its own packages' data in
+chart/files/engines/<version>/. Each rule that changes with the version is tested at each
+version it differs at."""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import json
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+
+from conftest import Rendered, Renderer, assert_valid
+from mooncake_pd import engines, generate, paths, profiles, vllmflags
+from mooncake_pd import model as modelmod
+
+VERSIONS = list(profiles.load()["engines"])
+ASCEND = ("v0.13.0", "v0.18.0", "v0.23.0")
+# The guide's decode sets finegrained TP on a dense model, which v0.23.0 refuses (below).
+NO_FINEGRAINED = {"decode": {"args": {"additional-config": {"finegrained_tp_config": None}}}}
+NVIDIA = {
+    "accelerator": {"type": "nvidia"},
+    "prefill": {"args": {"additional-config": None}},
+    "decode": {"args": {"additional-config": None}},
+}
+
+
+def flag(argv: list[str], name: str) -> str | None:
+    """The value after `name` in a command line, or None."""
+    return argv[argv.index(name) + 1] if name in argv else None
+
+
+V0_33 = {"engine": {"version": "v0.33.0"}}
+
+
+def at(version: str, **extra) -> dict:
+    return {"engine": {"version": version}, **NO_FINEGRAINED, **extra}
+
+
+def kv_configs(rendered: Rendered) -> dict[str, dict]:
+    """Each role's --kv-transfer-config as its start script passes it (engine_id added)."""
+    return {
+        run.role: json.loads(flag(run.run.argv, "--kv-transfer-config") or "{}")
+        for run in engines.entry_runs(rendered.objects)
+    }
+
+
+def test_every_version_has_its_packages_data():
+    for version, row in profiles.load()["engines"].items():
+        folder = paths.ENGINE_DATA / version
+        names = {p.name for p in folder.iterdir()}
+        expected = {"SOURCE.md", "serve-flags.json", "bench-serve-flags.json", "kv-transfer-config.json", "metrics.txt"}
+        assert names == expected | ({"vllm-ascend.json"} if row["vllmAscend"] else set()), version
+        assert json.loads((folder / "serve-flags.json").read_text())["vllm"] == row["vllm"]
+        assert f"vllm-{row['vllm']}-" in (folder / "SOURCE.md").read_text()
+
+
+def test_the_default_is_the_guides_version(render: Renderer):
+    rendered = render()
+    assert rendered.modelserving["metadata"]["annotations"]["mooncake-pd/engine-version"] == "v0.13.0"
+    configs = kv_configs(rendered)
+    assert configs["prefill"]["kv_connector_module_path"] == "vllm_ascend.distributed.mooncake_connector"
+
+
+@pytest.mark.parametrize("version", ("v0.18.0", "v0.23.0"))
+def test_a_release_tag_selects_its_version(render: Renderer, crds, version: str):
+    """image.tag v0.23.0-a3 alone: that version's image, no stale module path (the module moved in
+    v0.18.0, and vLLM 0.23 imports it first), and the recompute scheduler where it applies."""
+    rendered = render(overrides={"image": {"tag": f"{version}-a3"}, **NO_FINEGRAINED})
+    assert_valid(rendered, crds)
+    assert rendered.container("prefill")["image"] == f"quay.io/ascend/vllm-ascend:{version}-a3"
+    assert rendered.modelserving["metadata"]["annotations"]["mooncake-pd/engine-version"] == version
+    assert rendered.role("decode")["entryTemplate"]["metadata"]["labels"]["mooncake-pd/engine-version"] == version
+    configs = kv_configs(rendered)
+    assert all("kv_connector_module_path" not in c for c in configs.values())
+    recompute = {
+        run.role: "recompute_scheduler_enable" in json.loads(flag(run.run.argv, "--additional-config") or "{}")
+        for run in engines.entry_runs(rendered.objects)
+    }
+    assert recompute == {"prefill": version == "v0.18.0", "decode": True}
+
+
+def test_v0_23_refuses_the_guides_finegrained_tp_on_a_dense_model(render: Renderer):
+    message = render.error(overrides={"image": {"tag": "v0.23.0-a3"}})
+    assert "decode.args.additional-config.finegrained_tp_config.lmhead_tensor_parallel_size" in message
+    assert "engine.version v0.23.0 (from image.tag v0.23.0-a3)" in message
+    # A mixture-of-experts model may keep it; v0.13.0 allows it on any model.
+    render(overrides={"image": {"tag": "v0.23.0-a3"}, "model": {"moe": True}})
+    render(overrides={"engine": {"version": "v0.13.0"}})
+
+
+def test_finegrained_tp_must_divide_the_roles_data_parallel(render: Renderer):
+    values = {"decode": {"args": {"additional-config": {"finegrained_tp_config": {"lmhead_tensor_parallel_size": 3}}}}}
+    message = render.error(overrides=values)
+    assert "lmhead_tensor_parallel_size: 3 does not divide decode.parallelism.data (4)" in message
+
+
+@pytest.mark.parametrize(
+    ("values", "expected"),
+    [
+        ({"image": {"tag": "v0.20.0-a3"}}, 'engine.version: "v0.20.0" (from image.tag v0.20.0-a3) is not an engine'),
+        ({"engine": {"version": "v0.33.0"}}, "engine.version: v0.33.0 (engine.version) has no ascend-a3 image"),
+        ({"image": {"tag": "my-build-a3"}}, 'engine.version: required with image.tag "my-build-a3"'),
+        (
+            {"image": {"tag": "v0.18.0-a3"}, "engine": {"version": "v0.23.0"}},
+            "image.tag: v0.18.0-a3 is the v0.18.0 image, but engine.version is v0.23.0",
+        ),
+    ],
+    ids=["unknown-release", "no-image-for-accelerator", "custom-tag-needs-version", "tag-contradicts-version"],
+)
+def test_versions_the_chart_cannot_check_are_refused(render: Renderer, values: dict, expected: str):
+    message = render.error(overrides={**values, **NO_FINEGRAINED})
+    assert expected in message
+    if "not an engine" in expected:
+        assert "v0.13.0, v0.18.0, v0.23.0 on ascend-a3" in message and "Add an engine version" in message
+
+
+def test_a_custom_image_with_its_version_renders(render: Renderer):
+    rendered = render(
+        overrides={"image": {"repository": "registry.local/vllm-ascend", "tag": "build-42-a3"}, **at("v0.23.0")}
+    )
+    assert rendered.container("decode")["image"] == "registry.local/vllm-ascend:build-42-a3"
+    assert "kv_connector_module_path" not in kv_configs(rendered)["decode"]
+
+
+def test_upstream_vllm_0_33_on_nvidia(render: Renderer, crds):
+    rendered = render(overrides={**NVIDIA, **V0_33})
+    assert_valid(rendered, crds)
+    assert rendered.container("prefill")["image"] == "docker.io/vllm/vllm-openai:v0.33.0"
+    # vLLM 0.33 turns prefix caching off with --disable-prefix-caching (its parser has no
+    # --no-enable-prefix-caching): the guide's enable-prefix-caching false is written so.
+    for run in engines.entry_runs(rendered.objects):
+        assert "--disable-prefix-caching" in run.run.argv and "--no-enable-prefix-caching" not in run.run.argv
+        assert vllmflags.check_argv(run.run.argv[2:], version="v0.33.0") == []
+    # The newest vendored proxy, which imports no vLLM, in the scripts ConfigMap.
+    script = paths.CHART / "files" / "vendor" / "vllm-ascend-v0.23.0" / "load_balance_proxy_server_example.py"
+    assert script.read_text() in rendered.one("ConfigMap", f"{paths.RELEASE}-scripts")["data"].values()
+
+
+def test_kv_transfer_fields_follow_the_versions_kvtransferconfig(render: Renderer):
+    """vLLM 0.32 removed kv_buffer_size, and from 0.18 KVTransferConfig refuses unknown keys."""
+    assert "kv_buffer_size" in kv_configs(render(overrides={"kvTransfer": {"bufferSize": 2e9}}))["prefill"]
+    message = render.error(overrides={**NVIDIA, **V0_33, "kvTransfer": {"bufferSize": 2e9}})
+    assert "kvTransfer.bufferSize: vLLM 0.33.0's KVTransferConfig has no kv_buffer_size" in message
+    assert "refuses the key at start" in message
+
+
+def test_a_stale_connector_module_fails_where_vllm_imports_it_first(render: Renderer):
+    stale = {"kvTransfer": {"modulePath": "vllm_ascend.distributed.mooncake_connector"}}
+    message = render.error(overrides={**at("v0.23.0"), **stale})
+    assert (
+        "kvTransfer.modulePath: vllm_ascend.distributed.mooncake_connector is not a module of vLLM-Ascend 0.23.0"
+        in message
+    )
+    assert "ModuleNotFoundError" in message
+    # v0.18.0's vLLM looks in its registry first: the stale path is ignored there.
+    render(overrides={**at("v0.18.0"), **stale})
+    moved = {"kvTransfer": {"modulePath": "vllm_ascend.distributed.kv_transfer.kv_p2p.mooncake_connector"}}
+    assert kv_configs(render(overrides={**at("v0.23.0"), **moved}))["prefill"]["kv_connector_module_path"]
+
+
+def test_renamed_env_names_its_successor(render: Renderer):
+    env = {"VLLM_NIXL_ABORT_REQUEST_TIMEOUT": "480"}
+    render(overrides={"engine": {"env": env}})
+    message = render.error(overrides=at("v0.18.0", engine={"version": "v0.18.0", "env": env}))
+    assert (
+        "engine.env.VLLM_NIXL_ABORT_REQUEST_TIMEOUT: MooncakeConnectorV1 with vLLM-Ascend v0.18.0 no longer reads it"
+        in message
+    )
+    assert "use VLLM_MOONCAKE_ABORT_REQUEST_TIMEOUT" in message
+
+
+@pytest.mark.parametrize(
+    ("version", "kv_port", "refused"),
+    [
+        ("v0.13.0", 22000, True),  # Mooncake v0.3.7.post2: 20000 + 1000 x 16 devices
+        ("v0.23.0", 22000, False),  # from v0.3.8: 100 per device, [20000, 21600]
+        ("v0.23.0", 21000, True),
+        ("v0.18.0", 15500, True),  # the transfer engine's RPC range, every version
+    ],
+)
+def test_mooncakes_random_ports_follow_the_version(render: Renderer, version: str, kv_port: int, refused: bool):
+    values = {**at(version), "decode": {**NO_FINEGRAINED["decode"], "kvPort": kv_port}}
+    if refused:
+        message = render.error(overrides=values)
+        assert f"decode.kvPort: ports {kv_port}-{kv_port + 7} overlap the range" in message
+        assert f"engine.version {version}" in message
+    else:
+        render(overrides=values)
+
+
+def test_ascend_base_port_moves_the_listener_range(render: Renderer):
+    values = {**at("v0.23.0"), "accelerator": {"ascend": {"env": {"ASCEND_BASE_PORT": "30000"}}}}
+    values["decode"] = {**NO_FINEGRAINED["decode"], "kvPort": 30500}
+    assert "overlap the range 30000-31600" in render.error(overrides=values)
+    render(overrides={**values, "decode": {**NO_FINEGRAINED["decode"], "kvPort": 21000}})
+
+
+@pytest.mark.parametrize(
+    ("version", "prefill_tp", "decode_tp", "refused"),
+    [
+        ("v0.13.0", 2, 1, True),  # vLLM 0.13's NIXL: decode TP a multiple of prefill TP
+        ("v0.13.0", 1, 2, False),
+        ("v0.18.0", 2, 1, False),  # from 0.18: either divides the other
+        ("v0.18.0", 3, 2, True),
+    ],
+)
+def test_nixls_tensor_rule_follows_the_version(render: Renderer, version, prefill_tp, decode_tp, refused):
+    values = {
+        **NVIDIA,
+        "engine": {"version": version},
+        "model": {"hfOverrides": {}},
+        "prefill": {**NVIDIA["prefill"], "parallelism": {"tensor": prefill_tp, "data": 1, "dataLocal": 1}},
+        "decode": {**NVIDIA["decode"], "parallelism": {"tensor": decode_tp, "data": 1}},
+    }
+    if refused:
+        assert "decode.parallelism.tensor" in render.error(overrides=values)
+    else:
+        render(overrides=values)
+
+
+def test_api_server_count_beside_headless_workers(render: Renderer):
+    multinode = {
+        "prefill": {"workerReplicas": 1, "parallelism": {"tensor": 2, "data": 8, "dataLocal": 4}},
+        "engine": {"args": {"api-server-count": 1}},
+    }
+    render(overrides=multinode)
+    message = render.error(
+        overrides={**multinode, **at("v0.18.0"), "engine": {"version": "v0.18.0", "args": {"api-server-count": 1}}}
+    )
+    assert "prefill.args.api-server-count: 1 reaches the role's headless workers" in message
+    assert "vLLM 0.18.0 refuses --api-server-count with --headless" in message
+
+
+def test_an_additional_config_key_the_version_does_not_read(render: Renderer):
+    values = {"prefill": {"args": {"additional-config": {"enable_shared_expert_dpp": True}}}}
+    message = render.error(overrides=values)
+    assert "prefill.args.additional-config.enable_shared_expert_dpp: not a key vLLM-Ascend 0.13.0 reads" in message
+    render(overrides={"prefill": {"args": {"additional-config": {"enable_shared_expert_dp": True}}}})
+
+
+def test_a_flag_of_another_version_is_refused_naming_it(render: Renderer):
+    """--disable-log-requests: in vLLM 0.13, gone in 0.18 and 0.23 (vLLM's own parsers)."""
+    values = {"engine": {"args": {"disable-log-requests": True}}}
+    render(overrides=values)
+    message = render.error(
+        overrides={**values, **at("v0.23.0"), "engine": {"version": "v0.23.0", "args": {"disable-log-requests": True}}}
+    )
+    assert "engine.args.disable-log-requests: not an option of vllm serve in vLLM 0.23.0" in message
+
+
+@pytest.mark.parametrize("version", ASCEND)
+def test_every_start_script_parses_with_its_versions_own_parser(render: Renderer, version: str):
+    rendered = render(overrides=at(version))
+    for run in engines.entry_runs(rendered.objects):
+        assert vllmflags.check_argv(run.run.argv[2:], version=version) == [], (version, run.role, run.run.argv)
+
+
+def test_the_tooling_picks_the_version_as_the_chart_does():
+    cases = [
+        ({}, "v0.13.0"),
+        ({"image": {"tag": "v0.23.0-a3"}}, "v0.23.0"),
+        ({"image": {"tag": "v0.18.0-310p"}}, "v0.18.0"),
+        ({"image": {"tag": "v0.23.0rc1-a3"}, "engine": {"version": "v0.23.0"}}, "v0.23.0"),
+        ({"engine": {"version": "v0.18.0"}, "image": {"tag": "latest"}}, "v0.18.0"),
+        ({"accelerator": {"type": "nvidia"}}, "v0.13.0"),
+    ]
+    for values, expected in cases:
+        assert profiles.engine_version(values) == expected, values
+    assert profiles.tag_version("v0.23.0rc1") == "" and profiles.tag_version("latest") == ""
+    assert profiles.versions_for("nvidia") == ["v0.13.0", "v0.18.0", "v0.23.0", "v0.33.0"]
+    assert profiles.versions_for("ascend-a3") == ["v0.13.0", "v0.18.0", "v0.23.0"]
+
+
+def _proxy_options(script: Path) -> set[str]:
+    tree = ast.parse(script.read_text())
+    return {
+        node.args[0].value
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call)
+        and getattr(node.func, "attr", "") == "add_argument"
+        and node.args
+        and isinstance(node.args[0], ast.Constant)
+    }
+
+
+@pytest.mark.parametrize("version", ASCEND)
+def test_the_proxy_command_is_one_the_versions_proxy_parses(render: Renderer, version: str):
+    """Each version's vendored proxy (SOURCE.md's sha256 holds) takes every flag the chart passes."""
+    row = profiles.load()["engines"][version]
+    script = paths.CHART / "files" / row["proxyScript"]
+    source = (script.parent / "SOURCE.md").read_text()
+    assert hashlib.sha256(script.read_bytes()).hexdigest() in source and f"tag: {version}" in source
+    rendered = render(overrides={**NVIDIA, "engine": {"version": version}})
+    args = rendered.one("Deployment")["spec"]["template"]["spec"]["containers"][0]["args"]
+    flags = {a for a in args if isinstance(a, str) and a.startswith("--")}
+    assert flags and flags <= _proxy_options(script), flags - _proxy_options(script)
+    data = rendered.one("ConfigMap", f"{paths.RELEASE}-scripts")["data"]
+    assert script.read_text() in data.values()
+
+
+def test_generate_writes_a_version_and_drops_what_it_refuses(tmp_path: Path):
+    model = modelmod.load(paths.REPO / "tests" / "fixtures" / "models" / "DeepSeek-R1-Distill-Qwen-1.5B")
+    assert not model.is_moe and modelmod.load(paths.REPO / "tests" / "fixtures" / "models" / "DeepSeek-R1").is_moe
+    topology = {"prefill": generate.RoleTopology(2, 2), "decode": generate.RoleTopology(2, 2)}
+    common = dict(
+        accelerator="ascend-a3", roles=topology, served_name="m", model_path="/models/m", max_model_len=4096, image=None
+    )
+    newer = generate.generate(model, engine_version="v0.23.0", **common).values
+    assert newer["engine"]["version"] == "v0.23.0"
+    assert newer["decode"]["args"]["additional-config"] == {"finegrained_tp_config": None}
+    older = generate.generate(model, **common).values
+    assert "version" not in older.get("engine", {})
+    with pytest.raises(
+        generate.GenerateError,
+        match=re.escape("--engine-version v0.33.0: engine.version: 'v0.33.0' is not an engine version ascend-a3 runs"),
+    ):
+        generate.generate(model, engine_version="v0.33.0", **common)
+
+
+def test_values_files_name_a_version_the_tooling_knows():
+    for values in sorted(paths.VALUES_DIR.glob("*.yaml")):
+        data = yaml.safe_load(values.read_text())
+        version = profiles.engine_version(data)
+        assert version in profiles.versions_for((data.get("accelerator") or {}).get("type") or "ascend-a3"), values
+        assert re.fullmatch(r"v\d+\.\d+\.\d+", version)
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_two_way_flags_are_on_and_off_pairs(version: str):
+    """The chart writes false as the other long spelling of a two-spelling flag
+    (mooncake-pd.vllm.negatives): that holds only where every such pair is on/off, never two
+    names of one switch."""
+    pairs = []
+    for flag in json.loads((paths.ENGINE_DATA / version / "serve-flags.json").read_text())["flags"]:
+        longs = [o.removeprefix("--") for o in flag["options"] if o.startswith("--")]
+        if flag["kind"] == "bool" and len(longs) == 2:
+            pairs.append(tuple(longs))
+    assert pairs
+    for a, b in pairs:
+        negated = b == f"no-{a}" or a == f"no-{b}"
+        switched = {a.split("-", 1)[0], b.split("-", 1)[0]} == {"enable", "disable"} and (
+            a.split("-", 1)[1] == b.split("-", 1)[1]
+        )
+        assert negated or switched, (a, b)
