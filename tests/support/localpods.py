@@ -446,9 +446,16 @@ class Processes:
                     break
                 except subprocess.TimeoutExpired:
                     continue
-        # Children that left the group die with it; reap whatever is left of it.
+        # Children that left the group die with it; reap whatever is left of it, and wait (at
+        # most 10 s) until none is left: an orphaned child (vLLM's engine core) may still hold
+        # its listening sockets for a moment after the leader is reaped, and a restart's
+        # preflight then finds the port taken (seen once in the decode-killed drill).
+        deadline = time.monotonic() + 10.0
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(proc.popen.pid, signal.SIGKILL)
+            while time.monotonic() < deadline:
+                os.killpg(proc.popen.pid, 0)
+                time.sleep(0.05)
         if proc in self.running:
             self.running.remove(proc)
 
