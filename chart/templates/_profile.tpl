@@ -93,8 +93,7 @@ without an image for this accelerator, fails here: nothing else can be checked a
 {{- $profile := merge (dict "type" $type) $row (get $table.families $row.family) -}}
 {{- $chosen := include "mooncake-pd.profile.engineVersion" . | fromJson -}}
 {{- $engine := get $table.engines $chosen.version -}}
-{{- $runs := list -}}
-{{- range $version, $e := $table.engines }}{{ if hasKey $e.images $type }}{{ $runs = append $runs $version }}{{ end }}{{ end -}}
+{{- $runs := include "mooncake-pd.profile.versionsFor" . | fromJsonArray -}}
 {{- if not $engine -}}
 {{- fail (printf "engine.version: %q (%s) is not an engine version the chart knows; use one of %s on %s (with an image of that version), or add it (docs/development.md, \"Add an engine version\")" $chosen.version $chosen.from (join ", " $runs) $type) -}}
 {{- end -}}
@@ -104,6 +103,15 @@ without an image for this accelerator, fails here: nothing else can be checked a
 {{- $_ := set $profile "image" (get $engine.images $type) -}}
 {{- $_ := set $profile "engine" (merge (dict "version" $chosen.version "versionFrom" $chosen.from) (omit $engine "images")) -}}
 {{- toJson $profile -}}
+{{- end }}
+
+{{/* The engine versions with an image for accelerator.type (the ones it runs), as a JSON list. */}}
+{{- define "mooncake-pd.profile.versionsFor" -}}
+{{- $runs := list -}}
+{{- range $version, $e := (include "mooncake-pd.profile.table" . | fromJson).engines }}
+{{- if hasKey $e.images $.Values.accelerator.type }}{{ $runs = append $runs $version }}{{ end }}
+{{- end -}}
+{{- toJson $runs -}}
 {{- end }}
 
 {{/* The engine version a release tag names ("v0.23.0" of v0.23.0-a3, v0.23.0-a3-openeuler or

@@ -18,9 +18,7 @@ names no release leaves the chart nothing to check against but engine.version. *
 {{- if and .Values.engine.version $tagVersion (ne $tagVersion (toString .Values.engine.version)) }}
 {{- $errors = append $errors (printf "image.tag: %s is the %s image, but engine.version is %s; set engine.version to %s (or empty: the tag then selects it), or use a %s tag" $tag $tagVersion .Values.engine.version $tagVersion .Values.engine.version) }}
 {{- else if and $tag (not $tagVersion) (not .Values.engine.version) }}
-{{- $table := include "mooncake-pd.profile.table" . | fromJson }}
-{{- $runs := list }}
-{{- range $name, $e := $table.engines }}{{ if hasKey $e.images $profile.type }}{{ $runs = append $runs $name }}{{ end }}{{ end }}
+{{- $runs := include "mooncake-pd.profile.versionsFor" . | fromJsonArray }}
 {{- $errors = append $errors (printf "engine.version: required with image.tag %q, which names no release (v<major>.<minor>.<patch>[-suffix]): the chart checks flags, KV-transfer keys and ports against the engine version; set engine.version to the vLLM(-Ascend) release that image runs, one of %s on %s" $tag (join ", " $runs) $profile.type) }}
 {{- end }}
 {{- /* KVTransferConfig of this version: a top-level field it lacks is refused at start where
