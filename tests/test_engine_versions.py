@@ -272,7 +272,7 @@ def test_the_tooling_picks_the_version_as_the_chart_does():
     for values, expected in cases:
         assert profiles.engine_version(values) == expected, values
     assert profiles.tag_version("v0.23.0rc1") == "" and profiles.tag_version("latest") == ""
-    assert profiles.versions_for("nvidia") == ["v0.13.0", "v0.18.0", "v0.23.0", "v0.33.0"]
+    assert profiles.versions_for("nvidia") == ["v0.13.0", "v0.18.0", "v0.23.0", "v0.32.0", "v0.33.0"]
     assert profiles.versions_for("ascend-a3") == ["v0.13.0", "v0.18.0", "v0.23.0"]
 
 

@@ -24,7 +24,7 @@ app.kubernetes.io/part-of: mooncake-pd
 {{/* The label keys the chart itself writes on objects and pods (and Kthena's prefix on the
 pods it creates): commonLabels and podLabels may not set them. JSON list. */}}
 {{- define "mooncake-pd.labels.reserved" -}}
-{{- toJson (list "helm.sh/chart" "app.kubernetes.io/name" "app.kubernetes.io/instance" "app.kubernetes.io/version" "app.kubernetes.io/managed-by" "app.kubernetes.io/part-of" "app.kubernetes.io/component") -}}
+{{- toJson (list "helm.sh/chart" "app.kubernetes.io/name" "app.kubernetes.io/instance" "app.kubernetes.io/version" "app.kubernetes.io/managed-by" "app.kubernetes.io/part-of" "app.kubernetes.io/component" "mooncake-pd/engine-version") -}}
 {{- end }}
 
 {{/* Pod template labels: no chart or app version, so an upgrade that changes neither the
@@ -52,4 +52,15 @@ app.kubernetes.io/part-of: mooncake-pd
 {{- with merge (deepCopy (.own | default dict)) (deepCopy (.root.Values.podAnnotations | default dict)) }}
 {{- toYaml . }}
 {{- end }}
+{{- end }}
+
+{{/* The engine version (engine.version) every engine pod carries. The replica Services select it,
+so the proxy and the KV canary reach only pods of the rendered version and never pair two
+versions during a rollout (docs/upgrading.md, tests/test_e2e_mixed.py). Not in the Kthena
+router's prefill and decode labels: Kthena v1.0.0's router sorts a pod into prefill or decode
+when the pod is added and keeps it there when the ModelServer changes (kthena-router/datastore/
+store.go AddOrUpdateModelServer), so a new label would not drop the old version's pods; its
+group key and ServingGroupRollingUpdate keep versions apart there. */}}
+{{- define "mooncake-pd.labels.engineVersion" -}}
+mooncake-pd/engine-version: {{ (include "mooncake-pd.profile" . | fromJson).engine.version | quote }}
 {{- end }}

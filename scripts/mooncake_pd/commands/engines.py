@@ -3,7 +3,8 @@
 For each engine version of chart/files/profiles.yaml (its `vllm` and `vllmAscend` fields name
 the releases), it downloads the vllm and vllm-ascend wheels from PyPI (cached in
 .tools/engines/wheels), unpacks vllm into .tools/engines/vllm-<version>, runs engine_probe.py
-there on vLLM's own parsers (its dependencies, torch among them, come from the e2e venv), reads
+there on vLLM's own parsers (its dependencies, torch among them, come from that release's own
+e2e venv where the e2e runs its CPU build, .tools/e2e-v<vllm>, else from vLLM 0.13.0's), reads
 vLLM-Ascend's connector registrations and --additional-config keys and vLLM's metric families
 from the wheels' sources, and writes chart/files/engines/<version>/. --check writes nothing and
 fails where the checked-in data differ from what the packages say.
@@ -26,7 +27,8 @@ from mooncake_pd.enginedata import EngineDataError
 
 ENGINES = paths.TOOLS_DIR / "engines"
 WHEELS = ENGINES / "wheels"
-# The interpreter whose site-packages give vLLM its dependencies (scripts/install-e2e.sh).
+# The interpreter whose site-packages give vLLM its dependencies (scripts/install-e2e.sh), where
+# the release has no e2e venv of its own (probe_python).
 PROBE_PYTHON = paths.TOOLS_DIR / "e2e" / "bin" / "python"
 PROBE = paths.PACKAGE / "engine_probe.py"
 FILES = ("serve-flags.json", "bench-serve-flags.json", "kv-transfer-config.json", "metrics.txt")
@@ -60,6 +62,14 @@ def unpacked(path: Path, version: str) -> Path:
     return target
 
 
+def probe_python(version: str) -> Path:
+    """The Python that imports vLLM `version`'s parsers: the release's own e2e venv, where the e2e
+    runs its CPU build (requirements-e2e-v<version>.txt), else vLLM 0.13.0's with overlay()."""
+    if (paths.REPO / f"requirements-e2e-v{version}.txt").is_file():
+        return paths.TOOLS_DIR / f"e2e-v{version}" / "bin" / "python"
+    return PROBE_PYTHON
+
+
 def overlay(version: str) -> list[Path]:
     """Where a vLLM newer than the e2e venv's needs newer dependencies to import its parsers
     (requirements-engine-probe-<version>.txt, pinned): them, installed --no-deps into
@@ -80,15 +90,13 @@ def overlay(version: str) -> list[Path]:
     return [target]
 
 
-def probe(target: Path, extra: list[Path]) -> dict:
-    """What engine_probe.py prints with this vLLM (then `extra`) first on sys.path."""
-    if not PROBE_PYTHON.is_file():
-        raise EngineDataError(f"no {PROBE_PYTHON}: run `make e2e-venv` first (it gives vLLM its dependencies)")
+def probe(target: Path, extra: list[Path], python: Path = PROBE_PYTHON) -> dict:
+    """What engine_probe.py prints in `python` with this vLLM (then `extra`) first on sys.path."""
+    if not python.is_file():
+        raise EngineDataError(f"no {python}: run `make e2e-venv` first (it gives vLLM its dependencies)")
     path = os.pathsep.join(str(p) for p in [target, *extra])
     env = {**os.environ, "PYTHONPATH": path, "VLLM_TARGET_DEVICE": "cpu", "VLLM_LOGGING_LEVEL": "ERROR"}
-    done = subprocess.run(
-        [str(PROBE_PYTHON), str(PROBE)], capture_output=True, text=True, env=env, check=False, timeout=600
-    )
+    done = subprocess.run([str(python), str(PROBE)], capture_output=True, text=True, env=env, check=False, timeout=600)
     if done.returncode != 0:
         raise EngineDataError(f"engine_probe.py failed on {target.name}: {done.stderr.strip()[-1500:]}")
     result: dict = json.loads(done.stdout)
@@ -128,7 +136,7 @@ def source_md(version: str, row: dict, wheels: list[Path], digests: dict[str, st
 def generate(version: str, row: dict) -> dict[str, str]:
     """The files of chart/files/engines/<version>/ (name -> text), read from the packages."""
     vllm_wheel = wheel("vllm", row["vllm"])
-    found = probe(unpacked(vllm_wheel, row["vllm"]), overlay(row["vllm"]))
+    found = probe(unpacked(vllm_wheel, row["vllm"]), overlay(row["vllm"]), probe_python(row["vllm"]))
     if found["vllm"] != row["vllm"]:
         raise EngineDataError(f"the probe imported vLLM {found['vllm']}, not {row['vllm']}")
     vllm_sources = enginedata.read_wheel(vllm_wheel, "vllm/")
