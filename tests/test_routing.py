@@ -50,14 +50,13 @@ def test_proxy_reaches_every_entry_pod_once(render: Renderer, overrides):
             assert (namespace, suffix) == ("default", "svc")
             service = services[name]
             assert listed_port == port and str(port) == str(service["spec"]["ports"][0]["targetPort"])
-            matched = [p for p in pods if selects(service, p)]
+            matched = [p for p in pods if selects(service, p, rendered.modelserving)]
             assert len(matched) == 1, f"{name} selects {matched}"
             covered.append(matched[0])
         assert sorted(covered, key=lambda p: (p.group, p.replica)) == pods
         # Workers (index > 0) are never selected: requests go to the entry pod.
-        assert not any(
-            selects(services[h.split(".")[0]], PodIdentity("deepseek-pd", 0, role["name"], 0, 1)) for h, _ in listed
-        )
+        worker = PodIdentity("deepseek-pd", 0, role["name"], 0, 1)
+        assert not any(selects(services[h.split(".")[0]], worker, rendered.modelserving) for h, _ in listed)
 
 
 def test_scaled_values_validate(render: Renderer, crds):

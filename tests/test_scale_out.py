@@ -9,7 +9,7 @@ import pytest
 
 from conftest import Rendered, Renderer, assert_valid
 from mooncake_pd import engines, scriptrun, validate
-from support.kthena_pods import expected_pods, kthena_labels, selects
+from support.kthena_pods import expected_pods, pod_labels, selects
 from support.proxyargs import parse_proxy_args
 
 
@@ -54,8 +54,8 @@ def test_matrix_renders_validates_and_covers_every_pod(render: Renderer, crds, g
     services = [s for s in rendered.find("Service") if not s["metadata"]["name"].endswith("-proxy")]
     assert len(services) == groups * (prefills + 1)
     for service in services:
-        assert len([p for p in pods if selects(service, p)]) == 1
-        assert all(p.index == 0 for p in pods if selects(service, p))
+        assert len([p for p in pods if selects(service, p, ms)]) == 1
+        assert all(p.index == 0 for p in pods if selects(service, p, ms))
 
     # Every pod's start script runs (stub vllm) with its DP ranks inside the role's DP size.
     for role in ms["spec"]["template"]["roles"]:
@@ -85,7 +85,7 @@ def check_model_server(rendered: Rendered, pods) -> None:
     selector = spec["workloadSelector"]
     group_key = selector["pdGroup"]["groupKey"]
     for pod in pods:
-        labels = kthena_labels(pod)
+        labels = pod_labels(rendered.modelserving, pod)
         # Kthena binds every Ready pod that matches matchLabels and polls it on workloadPort
         # (modelserver_controller.go): only entry pods serve, so workers must not match.
         bound = all(labels.get(k) == v for k, v in selector["matchLabels"].items())

@@ -10,13 +10,26 @@ def kthena_labels(pod: PodIdentity) -> dict[str, str]:
     return pod.labels()
 
 
+def pod_labels(modelserving: dict, pod: PodIdentity) -> dict[str, str]:
+    """A pod's labels on the cluster: Kthena's, then its role template's on top.
+
+    kthena v1.0.0 pkg/model-serving-controller/utils/utils.go: GenerateEntryPod and
+    GenerateWorkerPod build the pod with Kthena's labels (createBasePod), then copy the
+    template's metadata labels over them (addPodLabelAndAnnotation).
+    """
+    role = next(r for r in modelserving["spec"]["template"]["roles"] if r["name"] == pod.role)
+    template = role["entryTemplate"] if pod.index == 0 else role.get("workerTemplate") or {}
+    return {**kthena_labels(pod), **(template.get("metadata") or {}).get("labels", {})}
+
+
 def matches(selector: dict[str, str], labels: dict[str, str]) -> bool:
     """An equality selector (a Service's, matchLabels) against a pod's labels."""
     return all(labels.get(k) == v for k, v in selector.items())
 
 
-def selects(service: dict, pod: PodIdentity) -> bool:
-    return matches(service["spec"]["selector"], kthena_labels(pod))
+def selects(service: dict, pod: PodIdentity, modelserving: dict) -> bool:
+    """Whether the Service's selector matches the pod as Kthena creates it from the ModelServing."""
+    return matches(service["spec"]["selector"], pod_labels(modelserving, pod))
 
 
 def expected_pods(modelserving: dict) -> list[PodIdentity]:
