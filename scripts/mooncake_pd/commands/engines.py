@@ -29,7 +29,7 @@ ENGINES = paths.TOOLS_DIR / "engines"
 WHEELS = ENGINES / "wheels"
 # The interpreter whose site-packages give vLLM its dependencies (scripts/install-e2e.sh), where
 # the release has no e2e venv of its own (probe_python).
-PROBE_PYTHON = paths.TOOLS_DIR / "e2e" / "bin" / "python"
+PROBE_PYTHON = paths.e2e_venv(paths.E2E_FIRST_CPU) / "bin" / "python"
 PROBE = paths.PACKAGE / "engine_probe.py"
 FILES = ("serve-flags.json", "bench-serve-flags.json", "kv-transfer-config.json", "metrics.txt")
 
@@ -64,9 +64,9 @@ def unpacked(path: Path, version: str) -> Path:
 
 def probe_python(version: str) -> Path:
     """The Python that imports vLLM `version`'s parsers: the release's own e2e venv, where the e2e
-    runs its CPU build (requirements-e2e-v<version>.txt), else vLLM 0.13.0's with overlay()."""
-    if (paths.REPO / f"requirements-e2e-v{version}.txt").is_file():
-        return paths.TOOLS_DIR / f"e2e-v{version}" / "bin" / "python"
+    runs its CPU build (paths.later_cpu_releases), else vLLM 0.13.0's with overlay()."""
+    if f"v{version}" in paths.later_cpu_releases():
+        return paths.e2e_venv(f"v{version}") / "bin" / "python"
     return PROBE_PYTHON
 
 

