@@ -134,6 +134,12 @@ def verdicts(recording: dict[str, Any], groups: list[dict[str, Any]]) -> dict[st
         prompts = _series(traffic, "decode", "vllm:prompt_tokens_total")
         last = max(i for i in range(1, len(prompts)) if (prompts[i] or 0) > (prompts[i - 1] or 0))
         assert last >= 5, f"{phase} traffic lasted {last} samples: too short for the alerts' window and for"
+        transfers = _series(traffic, "decode", "vllm:nixl_xfer_time_seconds_count")
+        if phase == "prefill-restarted-same-id" and (transfers[last] or 0) > (transfers[0] or 0):
+            # vLLM 0.32.0 (measured, tests/test_e2e.py): decode handshakes again with the
+            # restarted prefill and the KV cache moves, so there is nothing to alert on.
+            tests[phase] = silent(last)
+            continue
         tests[phase] = [
             expect(groups, "MooncakePdDecodeRecomputing", last, [base]),
             expect(groups, "MooncakePdNoKvTransfer", last, [base]),

