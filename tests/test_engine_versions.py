@@ -370,3 +370,25 @@ def test_two_way_flags_are_on_and_off_pairs(version: str):
             a.split("-", 1)[1] == b.split("-", 1)[1]
         )
         assert negated or switched, (a, b)
+
+
+# vLLM's NixlConnector roles per version: kv_both until 0.18; from 0.23 kv_both "is deprecated
+# and will be removed in a future release" (vllm-0.23.0 nixl/connector.py ~97-104; 0.32 and
+# 0.33 the same), so prefill produces and decode consumes.
+NIXL_ROLES = {
+    "v0.13.0": {"prefill": "kv_both", "decode": "kv_both"},
+    "v0.18.0": {"prefill": "kv_both", "decode": "kv_both"},
+    "v0.23.0": {"prefill": "kv_producer", "decode": "kv_consumer"},
+    "v0.32.0": {"prefill": "kv_producer", "decode": "kv_consumer"},
+    "v0.33.0": {"prefill": "kv_producer", "decode": "kv_consumer"},
+}
+
+
+@pytest.mark.parametrize("version", profiles.versions_for("nvidia"))
+def test_nixl_roles_follow_the_version(render: Renderer, version: str):
+    configs = kv_configs(render(overrides={**NVIDIA, **at(version)}))
+    assert {role: c["kv_connector"] for role, c in configs.items()} == {
+        "prefill": "NixlConnector",
+        "decode": "NixlConnector",
+    }
+    assert {role: c["kv_role"] for role, c in configs.items()} == NIXL_ROLES[version]
