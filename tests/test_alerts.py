@@ -113,6 +113,25 @@ def _series(
     return out
 
 
+def _stalled_samples(samples: list[dict[str, Any]], window: int = 3, hold: int = 2) -> set[int]:
+    """The samples at which MooncakePdEngineStalled may rightly fire under SCALED (window 3m, for
+    2m at one sample a minute): those up to `window + hold` samples after an engine of the phase
+    had requests running at each of `window` samples with no new generated token over them."""
+    out: set[int] = set()
+    for role in ("prefill", "decode"):
+        running = _series(samples, role, "vllm:num_requests_running")
+        tokens = _series(samples, role, "vllm:generation_tokens_total")
+        for i in range(window, len(samples)):
+            seen = [
+                (r, t)
+                for r, t in zip(running[i - window : i + 1], tokens[i - window : i + 1], strict=True)
+                if t is not None
+            ]
+            if len(seen) >= 2 and all((r or 0) > 0 for r, _ in seen) and seen[-1][1] == seen[0][1]:
+                out.update(range(i, i + window + hold + 1))
+    return out
+
+
 def verdicts(recording: dict[str, Any], groups: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
     """The promtool tests of a recording, one per phase: the alerts each phase must fire (at the
     sample the recording shows it must: while the fault lasts) and those that must stay silent."""
@@ -121,7 +140,14 @@ def verdicts(recording: dict[str, Any], groups: list[dict[str, Any]]) -> dict[st
     tests: dict[str, list[dict[str, Any]]] = {}
 
     healthy = _phase(recording, "healthy")
-    tests["healthy"] = [t for i in range(3, len(healthy)) for t in silent(i)]
+    # Silent throughout, but for MooncakePdEngineStalled where the recording itself shows an
+    # engine holding a request with no new token for the alert's window: seen once with vLLM
+    # 0.32.0 on 2 shared cores (decode ran 1 request for 30 s without a token, two scrapes timed
+    # out); at one sample a second, such a stall is as long as the scaled window, so firing is right.
+    stalled = _stalled_samples(healthy)
+    tests["healthy"] = [
+        t for i in range(3, len(healthy)) for t in silent(i, but=("MooncakePdEngineStalled",) if i in stalled else ())
+    ]
 
     # Decode alone: its prompt tokens grow, none from prefill's cache, and no transfer happens.
     # The same on decode's side when prefill restarted under the engine_id decode had met: the
