@@ -39,16 +39,24 @@ Context: (dict "root" $ "role" "prefill"). */}}
 {{- toJson $config -}}
 {{- end }}
 
-{{/* The top-level KVTransferConfig fields a user sets (vllm/config/kv_transfer.py, vLLM
-0.13.0), as JSON: kvTransfer.bufferDevice (or the profile's default), bufferSize,
-loadFailurePolicy, enablePermuteLocalKv; null keys are left to vLLM's defaults. */}}
+{{/* The kvTransfer values that set a top-level KVTransferConfig field (vllm/config/
+kv_transfer.py): values key -> field, as JSON. What the chart writes (kvtransfer.fields) and
+what it checks against the engine version's KVTransferConfig (validate/_engineversion.tpl). */}}
+{{- define "mooncake-pd.kvtransfer.fieldNames" -}}
+{{- toJson (dict "bufferDevice" "kv_buffer_device" "bufferSize" "kv_buffer_size" "loadFailurePolicy" "kv_load_failure_policy" "enablePermuteLocalKv" "enable_permute_local_kv") -}}
+{{- end }}
+
+{{/* The top-level KVTransferConfig fields a user sets, as JSON: kvTransfer.bufferDevice (or
+the profile's default), bufferSize, loadFailurePolicy, enablePermuteLocalKv
+(mooncake-pd.kvtransfer.fieldNames); null keys are left to vLLM's defaults. */}}
 {{- define "mooncake-pd.kvtransfer.fields" -}}
 {{- $kv := .Values.kvTransfer -}}
+{{- $names := include "mooncake-pd.kvtransfer.fieldNames" . | fromJson -}}
 {{- $fields := dict -}}
 {{- with (default (include "mooncake-pd.profile" . | fromJson).kvBufferDevices.default $kv.bufferDevice) }}
-{{- $_ := set $fields "kv_buffer_device" . }}
+{{- $_ := set $fields $names.bufferDevice . }}
 {{- end }}
-{{- range $key, $field := dict "bufferSize" "kv_buffer_size" "loadFailurePolicy" "kv_load_failure_policy" "enablePermuteLocalKv" "enable_permute_local_kv" }}
+{{- range $key, $field := omit $names "bufferDevice" }}
 {{- if not (kindIs "invalid" (get $kv $key)) }}
 {{- $_ := set $fields $field (get $kv $key) }}
 {{- end }}

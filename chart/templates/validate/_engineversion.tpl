@@ -25,7 +25,7 @@ names no release leaves the chart nothing to check against but engine.version. *
 it forbids other keys (vLLM >= 0.18: extra="forbid"), and ignored where it does not. */ -}}
 {{- $kvConfig := include "mooncake-pd.vllm.kvTransferConfig" . | fromJson }}
 {{- $kvFile := include "mooncake-pd.profile.engineFile" (dict "root" $ "file" "kv-transfer-config.json") }}
-{{- range $key, $field := dict "bufferSize" "kv_buffer_size" "loadFailurePolicy" "kv_load_failure_policy" "enablePermuteLocalKv" "enable_permute_local_kv" "bufferDevice" "kv_buffer_device" }}
+{{- range $key, $field := include "mooncake-pd.kvtransfer.fieldNames" . | fromJson }}
 {{- if and (not (kindIs "invalid" (get $.Values.kvTransfer $key))) (not (hasKey $kvConfig.fields $field)) }}
 {{- $fate := ternary "refuses the key at start (extra fields forbidden)" "ignores it" (eq $kvConfig.extra "forbid") }}
 {{- $errors = append $errors (printf "kvTransfer.%s: vLLM %s's KVTransferConfig has no %s (chart/%s), so it %s; %s; set kvTransfer.%s to null" $key $engine.vllm $field $kvFile $fate $at $key) }}
