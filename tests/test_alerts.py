@@ -213,6 +213,20 @@ def test_recorded_real_series_fire_exactly_their_alerts(tmp_path: Path, phase: s
     run_promtool(tmp_path, groups, [{"interval": "1m", "input_series": series, "alert_rule_test": cases}])
 
 
+def test_the_stall_exemption_holds_only_where_the_series_stall():
+    """The fixture's healthy phase shows no stall, so every EngineStalled silence is checked on
+    it; a synthetic decode holding one request with no new token for the window is exempt from
+    the first stalled sample for window + hold samples, and nowhere else."""
+    assert _stalled_samples(_phase(json.loads(FIXTURE.read_text()), "healthy")) == set()
+
+    def sample(running: float, tokens: float) -> dict[str, Any]:
+        series = {'vllm:num_requests_running{engine="0"}': running, 'vllm:generation_tokens_total{engine="0"}': tokens}
+        return {"targets": {"prefill": {"series": {}}, "decode": {"series": series}}}
+
+    samples = [sample(1, 10 * i) for i in range(4)] + [sample(1, 30)] * 3 + [sample(0, 30)] * 4
+    assert _stalled_samples(samples) == set(range(6, 12))
+
+
 def judge_recording(recording: dict[str, Any], tmp_path: Path) -> None:
     """Every phase's verdicts on a recording, in one promtool run (the e2e run's own recording)."""
     groups = rule_groups(SCALED)
