@@ -35,6 +35,7 @@ sys.path[:0] = [str(REPO / "tests"), str(REPO / "scripts")]
 from mooncake_pd import latency  # noqa: E402
 from support.localpods import ENGINE_NICE, get_text, post_json, wait_ready  # noqa: E402
 from support.pdcheck import (  # noqa: E402
+    PREFILL_ASK,
     PROMPTS,
     READY_TIMEOUT,
     engine,
@@ -47,7 +48,6 @@ from support.pdcheck import (  # noqa: E402
 
 OUT = REPO / "out" / "ttft-split"
 MAX_TOKENS = 32
-PREFILL_ASK = {"do_remote_decode": True, "do_remote_prefill": False}
 
 
 def stream(base: str, body: dict[str, Any], start: float | None = None, timeout: float = 120) -> latency.ClientTiming:

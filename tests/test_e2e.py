@@ -61,6 +61,7 @@ from support.pdcheck import (
     PROMPTS,
     READY_TIMEOUT,
     LocalRun,
+    ask_prefill,
     completions,
     engine,
     judge,
@@ -69,6 +70,7 @@ from support.pdcheck import (
     metrics_url,
     plain_engine_shim,
     render,
+    version_values,
 )
 from support.series import Recorder
 
@@ -99,7 +101,6 @@ METRIC_USERS = (
     paths.REPO / "docs" / "operations.md",
     paths.REPO / "docs" / "autoscaling.md",
 )
-PREFILL_ASK = {"do_remote_decode": True, "do_remote_prefill": False}
 
 
 def recording_source(version: str) -> str:
@@ -112,11 +113,6 @@ def recording_source(version: str) -> str:
 def out_dir(version: str) -> Path:
     """out/e2e for the default version (README, tests/test_alerts.py), out/e2e-<version> else."""
     return OUT if version == E2E_VERSIONS[0] else OUT.with_name(f"e2e-{version}")
-
-
-def version_values(version: str) -> dict[str, Any]:
-    """The values a run sets for its version: none for the chart's default, engine.version else."""
-    return {} if version == E2E_VERSIONS[0] else {"engine.version": version}
 
 
 @dataclass
@@ -349,10 +345,7 @@ def _test_pod(objects, name: str, work: Path, network: Network, processes: Proce
 
 def _prefill_engine_id() -> str:
     """The engine_id prefill reports to decode (kv_transfer_params.remote_engine_id)."""
-    first = post_json(
-        "http://127.0.0.1:7100/v1/completions",
-        {"model": "tiny", "prompt": PROMPTS[0], "max_tokens": 1, "temperature": 0, "kv_transfer_params": PREFILL_ASK},
-    )
+    first = ask_prefill("http://127.0.0.1:7100", PROMPTS[0])
     return str(first["kv_transfer_params"]["remote_engine_id"])
 
 
@@ -390,16 +383,7 @@ def _local_canary_io() -> verify.CanaryIO:
 def _broken_side_channel(result: Run, decode_metrics: str) -> None:
     before = get_text(decode_metrics)
     try:
-        first = post_json(
-            "http://127.0.0.1:7100/v1/completions",
-            {
-                "model": "tiny",
-                "prompt": PROMPTS[0],
-                "max_tokens": 1,
-                "temperature": 0,
-                "kv_transfer_params": PREFILL_ASK,
-            },
-        )
+        first = ask_prefill("http://127.0.0.1:7100", PROMPTS[0])
         params = {**first["kv_transfer_params"], "remote_port": 18099}
         answer = post_json(
             "http://127.0.0.1:7101/v1/completions",

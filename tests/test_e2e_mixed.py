@@ -31,6 +31,7 @@ from support.pdcheck import (
     PROMPTS,
     READY_TIMEOUT,
     LocalRun,
+    ask_prefill,
     complete,
     engine,
     judge,
@@ -38,6 +39,7 @@ from support.pdcheck import (
     make_tiny_model,
     metrics_url,
     render,
+    version_values,
 )
 
 pytestmark = [pytest.mark.e2e, pytest.mark.e2e_mixed]
@@ -45,7 +47,6 @@ pytestmark = [pytest.mark.e2e, pytest.mark.e2e_mixed]
 OUT = paths.REPO / "out" / "e2e-mixed"
 OLD = paths.E2E_FIRST_CPU
 NEW = LATER_CPU[-1] if LATER_CPU else ""
-PREFILL_ASK = {"do_remote_decode": True, "do_remote_prefill": False}
 # (version, role) -> the pod's address: the four pods bind the same ports, as on four nodes.
 PODS = {
     (OLD, "prefill"): "127.0.0.2",
@@ -122,7 +123,7 @@ def _run(result: Mixed, run: LocalRun) -> None:
     processes, base = run.processes, run.base
     models = base / "models"
     make_tiny_model(run, models / "tiny", base / "other-weights")
-    renders = {version: render(models, {} if version == OLD else {"engine.version": version}) for version in (OLD, NEW)}
+    renders = {version: render(models, version_values(version)) for version in (OLD, NEW)}
     roles = {
         version: {r["name"]: r for r in manifests.one(objects, "ModelServing")["spec"]["template"]["roles"]}
         for version, objects in renders.items()
@@ -172,8 +173,7 @@ def _pair(prefill: str, decode: str, urls, reference: list[str], running, prompt
     for prompt in prompts:
         body = {"model": "tiny", "prompt": prompt, "temperature": 0}
         try:
-            ask = {**body, "max_tokens": 1, "kv_transfer_params": PREFILL_ASK}
-            first = post_json(f"{prefill_url}/v1/completions", ask)
+            first = ask_prefill(prefill_url, prompt)
             prompt_tokens += first["usage"]["prompt_tokens"]
             answer = post_json(
                 f"{decode_url}/v1/completions",

@@ -5,11 +5,6 @@ from __future__ import annotations
 from mooncake_pd.engines import PodIdentity
 
 
-def kthena_labels(pod: PodIdentity) -> dict[str, str]:
-    """The labels Kthena's controller puts on a pod (facts.md)."""
-    return pod.labels()
-
-
 def pod_labels(modelserving: dict, pod: PodIdentity) -> dict[str, str]:
     """A pod's labels on the cluster: Kthena's, then its role template's on top.
 
@@ -19,7 +14,7 @@ def pod_labels(modelserving: dict, pod: PodIdentity) -> dict[str, str]:
     """
     role = next(r for r in modelserving["spec"]["template"]["roles"] if r["name"] == pod.role)
     template = role["entryTemplate"] if pod.index == 0 else role.get("workerTemplate") or {}
-    return {**kthena_labels(pod), **(template.get("metadata") or {}).get("labels", {})}
+    return {**pod.labels(), **(template.get("metadata") or {}).get("labels", {})}
 
 
 def matches(selector: dict[str, str], labels: dict[str, str]) -> bool:

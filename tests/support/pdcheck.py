@@ -51,6 +51,9 @@ PROMPTS = [
 ]
 MAX_TOKENS = 16
 READY_TIMEOUT = 240.0
+# What the PD proxy asks prefill for (chart/files/vendor/*/load_balance_proxy_server_example.py):
+# compute the prompt and keep its KV cache for a remote decode.
+PREFILL_ASK = {"do_remote_decode": True, "do_remote_prefill": False}
 EXTERNAL_HITS, NIXL_TRANSFERS, NIXL_FAILED = verify.EXTERNAL_HITS, verify.NIXL_TRANSFERS, verify.NIXL_FAILED
 NIXL_BYTES = "vllm:nixl_bytes_transferred_sum"
 # Where the reference engine listens: decode's flags without the connector (plain_engine_shim).
@@ -61,6 +64,19 @@ def complete(base: str, prompt: str) -> dict[str, Any]:
     return post_json(
         f"{base}/v1/completions", {"model": "tiny", "prompt": prompt, "max_tokens": MAX_TOKENS, "temperature": 0}
     )
+
+
+def ask_prefill(base: str, prompt: str) -> dict[str, Any]:
+    """Prefill's half of a PD request, as the proxy sends it (max_tokens 1, PREFILL_ASK): its
+    answer's kv_transfer_params are what decode is given."""
+    body = {"model": "tiny", "prompt": prompt, "max_tokens": 1, "temperature": 0, "kv_transfer_params": PREFILL_ASK}
+    return post_json(f"{base}/v1/completions", body)
+
+
+def version_values(version: str) -> dict[str, Any]:
+    """The values a run sets for an e2e venv's vLLM CPU release: none for the chart's default
+    engine version, engine.version else."""
+    return {} if version == paths.E2E_FIRST_CPU else {"engine.version": version}
 
 
 def completions(base: str, concurrent: bool) -> tuple[list[str], int]:
