@@ -18,6 +18,7 @@ out/e2e-mixed/summary.json and docs/upgrading.md.
 
 from __future__ import annotations
 
+import re
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -55,13 +56,19 @@ PODS = {
     (NEW, "decode"): "127.0.0.5",
 }
 PAIRS = [(prefill, decode) for prefill in (OLD, NEW) for decode in (OLD, NEW)]
-# Seconds decode may take for one request: the same-version pairs answer in a few, a mixed pair's
-# decode retries its handshake every few seconds and would hold the request on.
+# Seconds decode may take for one request of a mixed pair: a same-version pair answers in a few,
+# a mixed pair's decode retries its handshake every few seconds and would hold the request on.
 DECODE_TIMEOUT = 30
+# A same-version pair's bound: the e2e's own (tests/test_e2e.py); under load on 2 cores one
+# vLLM 0.32.0 request took over 30 s (measured with a busy loop beside the run, 2026-12-02).
+CONTROL_TIMEOUT = 120
 # Seconds a decode whose engine died takes to exit (vLLM's API server shuts itself down).
 EXIT_WAIT = 30
 # What a NIXL side-channel listener thread dying says in the engine's log (Python's threading).
 LISTENER_DIED = "Exception in thread nixl_handshake_listener"
+# What vLLM's NIXL worker logs for each failure it counts (0.32 nixl/base_worker.py _log_failure;
+# 0.13 logs no such line): the failure's type, kept per pair so a failed control names its cause.
+NIXL_FAILURE = re.compile(r"NIXL transfer failure: (?P<type>[a-z_]+)")
 
 
 @dataclass
@@ -74,12 +81,19 @@ class Pair:
     errors: list[str] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
     decode_alive: bool = True
+    # Seconds each prompt's two requests took: (prefill, decode), where both answered.
+    seconds: list[tuple[float, float]] = field(default_factory=list)
     # After the pair: decode still answers a request without KV parameters (its own prefill),
     # and its process still runs EXIT_WAIT seconds later.
     decode_serves: bool = False
     decode_exited: bool = False
     prefill_log: str = ""
     decode_log: str = ""
+
+    @property
+    def decode_failures(self) -> list[str]:
+        """The failure types decode's NIXL worker logged during the pair, in order."""
+        return [m["type"] for m in NIXL_FAILURE.finditer(self.decode_log)]
 
 
 @dataclass
@@ -109,6 +123,8 @@ def mixed() -> Mixed:
                     "decode_serves_after": p.decode_serves,
                     "decode_exited": p.decode_exited,
                     "prefill_listener_died": LISTENER_DIED in p.prefill_log,
+                    "decode_nixl_failures": p.decode_failures,
+                    "seconds_prefill_decode": p.seconds,
                 }
                 for p in result.pairs.values()
             },
@@ -146,12 +162,19 @@ def _run(result: Mixed, run: LocalRun) -> None:
         result.references[version] = [complete(decode, prompt)["choices"][0]["text"] for prompt in PROMPTS]
 
     # The controls first, with every prompt; then each mixed pair with one (it may break both).
+    # Only the pair's two engines run meanwhile: the other two are paused, as if on their own
+    # nodes (four engines' busy-polling on 2 cores made a 0.32.0 control fail in CI).
     for prefill, decode in sorted(PAIRS, key=lambda pair: pair[0] != pair[1]):
+        live = {(prefill, "prefill"), (decode, "decode")}
+        for key, (proc, _) in running.items():
+            (processes.resume if key in live else processes.pause)(proc)
         clock = time.monotonic()
         prompts = PROMPTS if prefill == decode else PROMPTS[:1]
         pair = _pair(prefill, decode, urls, result.references[decode][: len(prompts)], running, prompts)
         result.pairs[prefill, decode] = pair
         result.timings[f"{prefill}->{decode}"] = time.monotonic() - clock
+    for proc, _ in running.values():
+        processes.resume(proc)
 
 
 def _log_from(proc, start: int) -> str:
@@ -173,14 +196,17 @@ def _pair(prefill: str, decode: str, urls, reference: list[str], running, prompt
     for prompt in prompts:
         body = {"model": "tiny", "prompt": prompt, "temperature": 0}
         try:
+            asked = time.monotonic()
             first = ask_prefill(prefill_url, prompt)
             prompt_tokens += first["usage"]["prompt_tokens"]
+            prefilled = time.monotonic()
             answer = post_json(
                 f"{decode_url}/v1/completions",
                 {**body, "max_tokens": MAX_TOKENS, "kv_transfer_params": first["kv_transfer_params"]},
-                timeout=DECODE_TIMEOUT,
+                timeout=CONTROL_TIMEOUT if prefill == decode else DECODE_TIMEOUT,
             )
             pair.outputs.append(answer["choices"][0]["text"])
+            pair.seconds.append((round(prefilled - asked, 2), round(time.monotonic() - prefilled, 2)))
         except Exception as e:  # an HTTP error, a timeout or decode gone: each is what the pair did
             pair.errors.append(f"{type(e).__name__}: {e}")
             pair.outputs.append("<failed>")
@@ -210,7 +236,7 @@ def test_same_version_pairs_move_the_kv_cache(mixed: Mixed, version: str):
     """The control: each version's own pair passes the e2e's judge in this setup."""
     assert len(set(mixed.references[version])) > 1, "the engine answers every prompt alike: the model proves nothing"
     pair = mixed.pairs[version, version]
-    assert pair.errors == [] and pair.problems == [], (pair.errors, pair.problems)
+    assert pair.errors == [] and pair.problems == [], (pair.errors, pair.problems, pair.decode_failures)
 
 
 # What each mixed pair did here (vLLM 0.13.0 and 0.32.0, NIXL 0.8.0; docs/upgrading.md): the

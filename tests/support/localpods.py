@@ -450,11 +450,24 @@ class Processes:
     def run(self, container: Container, name: str | None = None, nice: int = 10) -> Proc:
         return self.start(name or container.name, container.argv, container.env, container.cwd, container.user, nice)
 
+    def pause(self, proc: Proc) -> None:
+        """Stop `proc`'s whole group (SIGSTOP) until resume(): an engine that is not part of the
+        step at hand, whose UCX progress threads would otherwise busy-poll the shared cores (on a
+        cluster each pod has its node's). stop() resumes a paused group before ending it."""
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.popen.pid, signal.SIGSTOP)
+
+    def resume(self, proc: Proc) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.popen.pid, signal.SIGCONT)
+
     def stop(self, proc: Proc) -> None:
         if proc.popen.poll() is None:
             for sig, wait in ((signal.SIGTERM, self.grace), (signal.SIGKILL, 10.0)):
                 try:
                     os.killpg(proc.popen.pid, sig)
+                    # A paused group acts on SIGTERM only once continued.
+                    os.killpg(proc.popen.pid, signal.SIGCONT)
                 except ProcessLookupError:
                     break
                 try:

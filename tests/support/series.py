@@ -2,7 +2,8 @@
 
 Recorder scrapes each engine's /metrics every `interval` seconds in a thread, as Prometheus
 would: a sample holds the families the chart's alerts read, with their labels, plus `up` (1 when
-the scrape answered, 0 when it did not: what Prometheus itself writes). The e2e run marks its
+the scrape answered within Prometheus's scrape timeout, 0 when it did not: what Prometheus itself
+writes) and the seconds the scrape took. The e2e run marks its
 phases (a healthy PD run, traffic sent to decode alone, a broken side channel, prefill stopped,
 traffic through a prefill restarted under the engine_id decode had met), so
 each phase's samples become one promtool test: the series as the engines exported them, with the
@@ -36,6 +37,13 @@ LABEL = re.compile(r'(?P<key>[a-zA-Z_][a-zA-Z0-9_]*)="(?P<value>(?:[^"\\]|\\.)*)
 # and the Prometheus Operator's namespace), for release deepseek-pd in namespace default.
 TARGET_LABELS = {"namespace": "default", "modelserving": "deepseek-pd"}
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "alerts" / "series.json"
+# Prometheus's default scrape_timeout (10s, prometheus/prometheus docs/configuration/configuration.md),
+# which the chart's PodMonitor keeps: it sets an interval only (chart/templates/metrics.yaml). An
+# engine's answer time does not shrink with the recording's time scale, so a scrape waits as long
+# as Prometheus's would: an engine that answers in 3 s while busy is up, and its sample is late.
+# (With a 2 s timeout, vLLM 0.32.0's decode, busy on 2 cores, read as down for 3 samples in a
+# row in CI on 2026-12-02, and the recording fired MooncakePdEngineDown on a live engine.)
+SCRAPE_TIMEOUT = 10.0
 
 
 def parse(text: str, keep: frozenset[str]) -> dict[str, float]:
@@ -53,11 +61,13 @@ def parse(text: str, keep: frozenset[str]) -> dict[str, float]:
 
 @dataclass
 class Recorder:
-    """Scrape `targets` ({role: (pod, url)}) every `interval` s until close(); at most `limit` rounds."""
+    """Scrape `targets` ({role: (pod, url)}) every `interval` s until close(); at most `limit` rounds.
+    A round whose scrapes take longer than `interval` starts the next one at once."""
 
     targets: dict[str, tuple[str, str]]
     keep: frozenset[str]
     interval: float = 1.0
+    timeout: float = SCRAPE_TIMEOUT
     limit: int = 2000
     samples: list[dict[str, Any]] = field(default_factory=list)
     phases: dict[str, list[int]] = field(default_factory=dict)
@@ -72,7 +82,7 @@ class Recorder:
     def _scrape(self, url: str) -> str | None:
         """The page, or None where the scrape fails (Prometheus writes up 0)."""
         try:
-            return get_text(url, timeout=max(self.interval, 2.0))
+            return get_text(url, timeout=self.timeout)
         except OSError:
             return None
 
@@ -83,9 +93,12 @@ class Recorder:
             began = time.monotonic()
             round_: dict[str, Any] = {"t": time.time(), "targets": {}}
             for role, (pod, url) in self.targets.items():
+                asked = time.monotonic()
                 text = self._scrape(url)
+                seconds = round(time.monotonic() - asked, 3)
                 series = parse(text, self.keep) if text is not None else {}
-                round_["targets"][role] = {"pod": pod, "up": 0 if text is None else 1, "series": series}
+                up = int(text is not None)
+                round_["targets"][role] = {"pod": pod, "up": up, "seconds": seconds, "series": series}
             self.samples.append(round_)
             self._stop.wait(max(0.0, self.interval - (time.monotonic() - began)))
 
@@ -102,7 +115,8 @@ class Recorder:
     def close(self) -> None:
         self._stop.set()
         if self._thread:
-            self._thread.join(timeout=10 + self.interval)
+            # A round in progress ends within one timeout a target.
+            self._thread.join(timeout=len(self.targets) * self.timeout + self.interval)
 
     def dump(self, path: Path, source: str = "") -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -111,6 +125,7 @@ class Recorder:
             "source": source,
             "recorded": recorded,
             "interval": self.interval,
+            "scrape_timeout": self.timeout,
             "phases": self.phases,
             "samples": self.samples,
         }
