@@ -31,11 +31,13 @@ def _env(container: dict[str, Any]) -> dict[str, str]:
     return {e["name"]: e.get("value", "") for e in container.get("env", []) if "value" in e}
 
 
-def check_pods(api, namespace: str, modelserving: dict[str, Any], accelerator: str | None) -> list[dict[str, Any]]:
-    """The pods Kthena made for the rendered ModelServing are what PodIdentity says: one per
-    entry and worker, named, labelled and given the env it assumes; all bound to nodes of the
-    values' accelerator, when it has a device."""
-    want = {p.name: p for p in expected_pods(modelserving)}
+def check_pods(
+    api, namespace: str, modelserving: dict[str, Any], accelerator: str | None, policy: dict[str, Any] | None = None
+) -> list[dict[str, Any]]:
+    """The pods Kthena made for the rendered ModelServing (and its AutoscalingPolicy, if any) are
+    what PodIdentity says: one per entry and worker, named, labelled and given the env it assumes;
+    all bound to nodes of the values' accelerator, when it has a device."""
+    want = {p.name: p for p in expected_pods(modelserving, policy)}
     pods = wait_pods(api, namespace, modelserving["metadata"]["name"], set(want))
     nodes = {n["metadata"]["name"]: n["metadata"]["labels"][PROFILE_LABEL] for n in node_objects()}
     for pod in pods:
@@ -58,11 +60,13 @@ def check_pods(api, namespace: str, modelserving: dict[str, Any], accelerator: s
     return pods
 
 
-def check_services(api, namespace: str, ms: dict[str, Any], pods: list[dict[str, Any]]) -> None:
+def check_services(
+    api, namespace: str, ms: dict[str, Any], pods: list[dict[str, Any]], policy: dict[str, Any] | None = None
+) -> None:
     """Kthena's own Services are what facts.md says: for a role with workers, one headless
     Service per role replica, named like its entry pod (ENTRY_ADDRESS resolves through it),
     selecting that entry pod and owned by the ModelServing; none for a single-pod role."""
-    entries = {p.name: p for p in expected_pods(ms) if p.index == 0 and p.workers > 0}
+    entries = {p.name: p for p in expected_pods(ms, policy) if p.index == 0 and p.workers > 0}
 
     def owned_services() -> dict[str, dict[str, Any]]:
         return {
@@ -165,10 +169,14 @@ def test_every_preset_installs_and_its_pods_land_on_its_accelerator(cluster, pre
     runner.install(RELEASE, namespace, preset)
     try:
         ms = manifests.one(objects, "ModelServing")
-        pods = check_pods(api, namespace, ms, _accelerator(objects))
+        # An autoscaled role starts at 1 replica and Kthena's autoscaler raises it to its
+        # minReplicas at its first reconcile, with no metrics at all (kthena_pods.settled_replicas):
+        # the latency-first preset settles at 2 + 2 pods, up to 15 s after the first 1 + 1.
+        policy = next(iter(manifests.find(objects, "AutoscalingPolicy")), None)
+        pods = check_pods(api, namespace, ms, _accelerator(objects), policy)
         unbound = [p["metadata"]["name"] for p in pods if not p["spec"].get("nodeName")]
         assert unbound == [], f"{preset.name}: pods the cluster's nodes cannot hold: {unbound}"
-        check_services(api, namespace, ms, pods)
+        check_services(api, namespace, ms, pods, policy)
     finally:
         runner.uninstall(RELEASE, namespace)
         wait_gone(api, namespace, RELEASE)

@@ -27,15 +27,30 @@ def selects(service: dict, pod: PodIdentity, modelserving: dict) -> bool:
     return matches(service["spec"]["selector"], pod_labels(modelserving, pod))
 
 
-def expected_pods(modelserving: dict) -> list[PodIdentity]:
-    """Every pod (entry and workers) Kthena creates for the ModelServing."""
+def settled_replicas(role: dict, policy: dict | None = None) -> int:
+    """A role's replicas once Kthena has settled it with no load on its pods.
+
+    Without `replicas` (the autoscaler owns them) the CRD defaults them to 1 at create; Kthena
+    v1.0.0's autoscaler then raises a role below its policy's minReplicas to that minimum on its
+    first reconcile (every 15 s, util/settings.go AutoscalingSyncPeriodSeconds), metrics or not:
+    GetRecommendedInstances returns MinInstances before it reads any metric
+    (pkg/autoscaler/algorithm/recommendation.go). With no metrics it then scales no further.
+    """
+    if "replicas" in role:
+        return int(role["replicas"])
+    roles = ((policy or {}).get("spec", {}).get("disaggregatedTarget") or {}).get("roles") or {}
+    return max(1, int(roles.get(role["name"], {}).get("minReplicas", 1)))
+
+
+def expected_pods(modelserving: dict, policy: dict | None = None) -> list[PodIdentity]:
+    """Every pod (entry and workers) Kthena creates for the ModelServing, with the
+    AutoscalingPolicy that targets it, if any, once settled (settled_replicas)."""
     name = modelserving["metadata"]["name"]
     spec = modelserving["spec"]
     return [
         PodIdentity(name, g, role["name"], r, i, workers=role["workerReplicas"])
         for g in range(spec["replicas"])
         for role in spec["template"]["roles"]
-        # Without replicas (the autoscaler owns them) the CRD defaults them to 1 at create.
-        for r in range(role.get("replicas", 1))
+        for r in range(settled_replicas(role, policy))
         for i in range(role["workerReplicas"] + 1)
     ]

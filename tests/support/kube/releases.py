@@ -84,11 +84,18 @@ def wait_pods(
 ) -> list[dict[str, Any]]:
     """Wait until the ModelServing's pods are exactly `names` (none terminating), bound or not."""
 
+    seen: list[str] = []
+
     def settled() -> list[dict[str, Any]] | None:
         pods = [p for p in pods_of(api, namespace, modelserving) if not p["metadata"].get("deletionTimestamp")]
-        return pods if {p["metadata"]["name"] for p in pods} == names else None
+        seen[:] = sorted(p["metadata"]["name"] for p in pods)
+        return pods if set(seen) == names else None
 
-    return wait_for(f"pods {sorted(names)} of ModelServing {namespace}/{modelserving}", settled, timeout)
+    try:
+        return wait_for(f"pods {sorted(names)} of ModelServing {namespace}/{modelserving}", settled, timeout)
+    except TimeoutError as e:
+        # What there was instead says whether Kthena made nothing, too few, or others.
+        raise TimeoutError(f"{e}; the last pods seen: {seen or 'none'}") from None
 
 
 def wait_gone(api: Client, namespace: str, modelserving: str, timeout: float = 60) -> None:
