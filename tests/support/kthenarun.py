@@ -6,17 +6,17 @@ from __future__ import annotations
 
 import time
 import urllib.error
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
 from mooncake_pd import manifests, paths
-from support.kube.api import Client, wait_for
+from support.kube.api import Client, pods_brief, wait_for
 from support.kube.cluster import Cluster, apply_all
 from support.kube.kubelet import ProcessKubelet, scheduling_values
 from support.localpods import get_text, post_json
-from support.pdcheck import READY_TIMEOUT, LocalRun, PdSetup
+from support.pdcheck import LocalRun, PdSetup
 
 PORT = 7100  # one workloadPort for both roles (the chart requires it with router.type kthena)
 LABEL = "modelserving.volcano.sh"
@@ -57,14 +57,21 @@ def ready(pod: dict[str, Any]) -> bool:
     return conditions.get("Ready") == "True"
 
 
-def wait_ready_pods(api: Client, count: int, timeout: float) -> dict[str, dict[str, Any]]:
-    """Wait until the release has `count` engine pods, every one Ready; them, by name."""
+def wait_ready_pods(
+    api: Client, count: int, timeout: float, detail: Callable[[], str] | None = None
+) -> dict[str, dict[str, Any]]:
+    """Wait until the release has `count` engine pods, every one Ready; them, by name. On time
+    out, the pods last seen and their states; `detail()` after them (the kubelet's events)."""
+    last: list[dict[str, Any]] = []
 
     def all_ready() -> dict[str, dict[str, Any]] | None:
         pods = engine_pods(api)
+        last[:] = pods.values()
         return pods if len(pods) == count and all(ready(p) for p in pods.values()) else None
 
-    return wait_for(f"{count} engine pods Ready", all_ready, timeout, interval=1)
+    return wait_for(
+        f"{count} engine pods Ready", all_ready, timeout, interval=1, seen=lambda: pods_brief(last), detail=detail
+    )
 
 
 def role_of(pod: dict[str, Any]) -> str:
@@ -80,7 +87,20 @@ def engine_count(objects: list[manifests.Manifest]) -> int:
     return int(spec["replicas"]) * sum(int(r.get("replicas", 1)) for r in spec["template"]["roles"])
 
 
+# The engine pods Kthena makes, Ready on the process kubelet (scheduling, the start script, the
+# engine's load, the readiness probe). Measured: 27 s after the apply, an added replica in 79 s
+# (README, "End-to-end run", 2026-12-02); one engine alone takes 25-48 s, four at once 136 s. A
+# one-core CPU hog about doubles it: 480 s is three times that.
+PODS_READY_TIMEOUT = 480.0
+# The router routing once it listens (its informers synced, its store holding the pods).
+# Measured: 0.3 s after its start (README); 120 s is for a loaded machine and the store's periodic
+# update. A router that misses the pods for good answers 400 "no decode pod found", and says so.
 ROUTE_TIMEOUT = 120.0
+# One completion of two tokens through the router while waiting for it to route: well under a
+# second on vLLM 0.13.0 (TTFT 106 ms through the router, README); the slowest request measured
+# took 31 s (vLLM 0.32.0's decode, 16 tokens, under load). One that runs out is tried again until
+# ROUTE_TIMEOUT.
+ROUTE_REQUEST_TIMEOUT = 30.0
 
 
 def address(url: str) -> tuple[str, int]:
@@ -89,13 +109,23 @@ def address(url: str) -> tuple[str, int]:
     return host, int(port)
 
 
-def routes(router: str) -> bool:
-    """A two-token completion through the router answers."""
+def routes(router: str, seen: list[str] | None = None) -> bool:
+    """A two-token completion through the router answers. Where it does not, False, and what it
+    answered (HTTP status and body, or the error) appended to `seen`."""
     body = {"model": "tiny", "prompt": "Hello", "max_tokens": 2, "temperature": 0}
     try:
-        return bool(post_json(f"{router}/v1/completions", body, timeout=30)["choices"])
-    except urllib.error.HTTPError:
-        return False
+        answer = post_json(f"{router}/v1/completions", body, timeout=ROUTE_REQUEST_TIMEOUT)
+    except urllib.error.HTTPError as e:
+        said = f"HTTP {e.code}: {e.read()[:200].decode(errors='replace')}"
+    except OSError as e:  # refused, reset, or no answer within ROUTE_REQUEST_TIMEOUT
+        said = f"{type(e).__name__}: {e}"
+    else:
+        if answer.get("choices"):
+            return True
+        said = f"no choices: {str(answer)[:200]}"
+    if seen is not None:
+        seen.append(said)
+    return False
 
 
 @dataclass
@@ -111,6 +141,17 @@ class KthenaDeployment:
     def apply(self, objects: list[manifests.Manifest]) -> None:
         """Apply a render of the release (an upgrade, as helm would send it) but its hooks."""
         apply_all(self.api, [o for o in objects if o["kind"] not in HOOK_KINDS])
+
+
+def kubelet_story(kubelet: ProcessKubelet, lines: int = 15) -> Callable[[], str]:
+    """The process kubelet's last events and errors, for a wait's message."""
+
+    def story() -> str:
+        events = "\n".join(f"{at:8.1f} {text}" for at, text in kubelet.events[-lines:])
+        errors = f"\nits last error: {kubelet.errors[-1][-600:]}" if kubelet.errors else ""
+        return f"the process kubelet's last events:\n{events or '(none)'}{errors}"
+
+    return story
 
 
 @contextmanager
@@ -131,15 +172,20 @@ def kthena_deployment(run: LocalRun, cluster: Cluster, setup: PdSetup) -> Iterat
         clock = time.monotonic()
         kubelet.start()
         apply_all(api, [o for o in setup.objects if o["kind"] not in HOOK_KINDS])
-        pods = wait_ready_pods(api, engine_count(setup.objects), 2 * READY_TIMEOUT)
+        pods = wait_ready_pods(api, engine_count(setup.objects), PODS_READY_TIMEOUT, detail=kubelet_story(kubelet))
         timings["pods_ready"] = time.monotonic() - clock
         clock = time.monotonic()
         # Listening is not routing: until its store has the pods (its periodic update, after its
         # informers synced) the router answers 400 "no decode pod found".
-        try:
-            wait_for("a completion through Kthena's router", lambda: routes(router), ROUTE_TIMEOUT, interval=1)
-        except TimeoutError as e:
-            raise TimeoutError(f"{e}; the router's log ends:\n{cluster.tail('kthena-router')}") from None
+        answers: list[str] = []
+        wait_for(
+            "a completion through Kthena's router",
+            lambda: routes(router, answers),
+            ROUTE_TIMEOUT,
+            interval=1,
+            seen=lambda: f"{len(answers)} tries, the last answer: {answers[-1] if answers else 'none'}",
+            detail=lambda: cluster.log_end("kthena-router", 30),
+        )
         timings["router_routes"] = time.monotonic() - clock
         yield KthenaDeployment(cluster, api, kubelet, setup, pods, router, timings)
     finally:

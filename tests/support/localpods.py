@@ -49,6 +49,7 @@ from typing import Any
 
 from mooncake_pd import paths
 from mooncake_pd.manifests import Manifest
+from support.waits import brief, record_wait
 
 TESTS = Path(__file__).resolve().parents[1]
 E2E_VENV = paths.e2e_venv(paths.E2E_FIRST_CPU)
@@ -406,11 +407,16 @@ class Proc:
 
 
 ENGINE_NICE = 19
+# After SIGKILL, how long stop() waits for the last of its group to be gone: an orphaned engine
+# core was seen still holding its ports a moment after its leader was reaped (d72e67f), and the
+# restarted engine's preflight found them taken. Cleanup: stop() goes on after it either way.
+GROUP_GONE_WAIT = 10.0
 
 
 class Processes:
     """The processes a test started: each in its own session, stopped with its whole process
-    group by close() (SIGTERM, then SIGKILL after `grace` seconds)."""
+    group by close() (SIGTERM, then SIGKILL after `grace` seconds). Stopping is cleanup, never
+    a judgement: a process that outstays its grace is killed."""
 
     def __init__(self, logs: Path, grace: float = 15.0):
         self.logs = logs
@@ -479,7 +485,7 @@ class Processes:
         # most 10 s) until none is left: an orphaned child (vLLM's engine core) may still hold
         # its listening sockets for a moment after the leader is reaped, and a restart's
         # preflight then finds the port taken (seen once in the decode-killed drill).
-        deadline = time.monotonic() + 10.0
+        deadline = time.monotonic() + GROUP_GONE_WAIT
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(proc.popen.pid, signal.SIGKILL)
             while time.monotonic() < deadline:
@@ -497,41 +503,86 @@ class NotReady(RuntimeError):
     pass
 
 
+# One poll of a readiness URL: an engine loading its model, or busy on 2 shared cores, may not
+# answer in time; the poll is tried again until wait_ready's bound. (vLLM 0.32.0's decode took
+# 10-16 s to answer /metrics in CI, docs/operations.md; /health is lighter.)
+POLL_TIMEOUT = 5.0
+
+
 def wait_ready(proc: Proc, url: str, timeout: float) -> float:
-    """Poll `url` until HTTP 200 (the readiness probe), at most `timeout` seconds; seconds taken.
-    NotReady with the log's tail when the process exits or time runs out."""
+    """Poll `url` until HTTP 200 (the readiness probe), at most `timeout` seconds (polled once
+    more at the deadline); seconds taken. NotReady when the process exits or time runs out, its
+    first line naming the URL and the last answer or error seen, then the log's tail."""
     start = time.monotonic()
-    while time.monotonic() - start < timeout:
+    deadline = start + timeout
+    last, polls = "no poll yet", 0
+    while True:
         if proc.popen.poll() is not None:
-            raise NotReady(f"{proc.name} exited {proc.popen.returncode} before {url} answered:\n{proc.tail()}")
+            record_wait(f"{proc.name}: {url} ready", time.monotonic() - start, timeout, False)
+            raise NotReady(
+                f"{proc.name} exited {proc.popen.returncode} before {url} answered "
+                f"({time.monotonic() - start:.0f} s, {polls} polls; last: {last}):\n{proc.tail()}"
+            )
+        polls += 1
         try:
-            with urllib.request.urlopen(url, timeout=5) as answer:
+            with urllib.request.urlopen(url, timeout=POLL_TIMEOUT) as answer:
                 if answer.status == 200:
-                    return time.monotonic() - start
-        except (urllib.error.URLError, OSError):
-            pass
-        time.sleep(1)
-    raise NotReady(f"{proc.name}: {url} not ready after {timeout:.0f} s:\n{proc.tail()}")
+                    seconds = time.monotonic() - start
+                    record_wait(f"{proc.name}: {url} ready", seconds, timeout, True)
+                    return seconds
+                last = f"HTTP {answer.status}"
+        except urllib.error.HTTPError as e:
+            last = f"HTTP {e.code} {brief(_body(e), 120)}"
+        except (urllib.error.URLError, OSError) as e:
+            last = brief(f"{type(e).__name__}: {getattr(e, 'reason', e)}", 160)
+        left = deadline - time.monotonic()
+        if left <= 0:
+            break
+        time.sleep(min(1.0, left))
+    record_wait(f"{proc.name}: {url} ready", time.monotonic() - start, timeout, False)
+    raise NotReady(f"{proc.name}: {url} not ready after {timeout:.0f} s ({polls} polls; last: {last}):\n{proc.tail()}")
+
+
+def _body(error: urllib.error.HTTPError) -> str:
+    try:
+        return error.read(200).decode(errors="replace")
+    except OSError:
+        return ""
 
 
 def run_to_end(processes: Processes, container: Container, timeout: float, name: str | None = None) -> tuple[int, str]:
-    """Run a container that ends (a Job, a test pod): (exit code, its output). Bounded in time."""
+    """Run a container that ends (a Job, a test pod): (exit code, its output). Bounded in time:
+    one that runs out is stopped and returns -1, its output ending with a line that says so
+    (callers show the output's end)."""
     proc = processes.run(container, name)
+    start = time.monotonic()
     try:
         proc.popen.wait(timeout=timeout)
     except subprocess.TimeoutExpired:
+        record_wait(f"{proc.name} ended", time.monotonic() - start, timeout, False)
         processes.stop(proc)
-        return -1, proc.tail(200) + f"\n(stopped after {timeout:.0f} s)"
+        return -1, proc.tail(200) + f"\n({proc.name}: no end after {timeout:.0f} s; stopped)"
+    record_wait(f"{proc.name} ended", time.monotonic() - start, timeout, True)
     processes.stop(proc)
     return proc.popen.returncode, proc.log.read_text(errors="replace")
 
 
-def post_json(url: str, body: dict[str, Any], timeout: float = 120) -> dict[str, Any]:
+# One request's answer, where the tests judge it: 16 tokens through vLLM 0.13.0's PD pair take
+# well under a second (TTFT 240-366 ms, TPOT 8.5-15.8 ms, README); the slowest measured, 31 s
+# (vLLM 0.32.0's decode on 2 cores under load, 6d9b94e). Four times that.
+REQUEST_TIMEOUT = 120.0
+# One /metrics page: vLLM 0.32.0's decode took 10-16 s to answer while busy on 2 shared cores
+# (docs/operations.md, CI 2026-12-02); a one-core CPU hog doubles that to 32 s, past the 30 s
+# this was: 60 s.
+PAGE_TIMEOUT = 60.0
+
+
+def post_json(url: str, body: dict[str, Any], timeout: float = REQUEST_TIMEOUT) -> dict[str, Any]:
     request = urllib.request.Request(url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
     with urllib.request.urlopen(request, timeout=timeout) as answer:
         return json.load(answer)
 
 
-def get_text(url: str, timeout: float = 30) -> str:
+def get_text(url: str, timeout: float = PAGE_TIMEOUT) -> str:
     with urllib.request.urlopen(url, timeout=timeout) as answer:
         return answer.read().decode()

@@ -50,7 +50,17 @@ PROMPTS = [
     "Paris is the capital of France, and the capital of Italy is",
 ]
 MAX_TOKENS = 16
-READY_TIMEOUT = 240.0
+# An engine from its start to its readiness probe's 200 (wait_ready, each engine in turn, all of
+# them started together). Measured on the 2-core machine (README, "End-to-end run"): one engine
+# 25-30 s (vLLM 0.13.0), 48 s (0.32.0); prefill and decode 30-48 s; three engines 50-67 s; four
+# (the mixed run) 136 s. A one-core CPU hog about doubles that (272 s), past the 240 s this was:
+# 480 s. An engine that fails exits, and wait_ready says so at once.
+READY_TIMEOUT = 480.0
+# The tiny model made (tiny_model.py: torch and transformers imported, random weights saved). Its
+# seconds are recorded (the e2e's summary.json, timings_s.model) but not published; the whole
+# 1P1D run, this included, takes 199-293 s. Kept at 120 s until a loaded run's figure says
+# otherwise: it only imports and writes, and a script that hangs is broken.
+MODEL_TIMEOUT = 120.0
 # What the PD proxy asks prefill for (chart/files/vendor/*/load_balance_proxy_server_example.py):
 # compute the prompt and keep its KV cache for a remote decode.
 PREFILL_ASK = {"do_remote_decode": True, "do_remote_prefill": False}
@@ -185,7 +195,7 @@ def make_tiny_model(run: LocalRun, model: Path, other_weights: Path) -> None:
     readable by the containers' users (the benchmark Job's 65534 reads the tokenizer)."""
     argv = [str(E2E_VENV / "bin" / "python3"), str(TINY_MODEL), str(model), str(other_weights)]
     command = Container("tiny-model", argv, {"PATH": "/usr/bin:/bin", "HOME": str(run.base)}, run.base, None)
-    code, output = run_to_end(run.processes, command, timeout=120)
+    code, output = run_to_end(run.processes, command, timeout=MODEL_TIMEOUT)
     assert code == 0, output[-3000:]
     for path in run.base.rglob("*"):
         path.chmod(0o755 if path.is_dir() else 0o644)

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import re
 import threading
 import time
@@ -31,6 +32,7 @@ from typing import Any
 
 from mooncake_pd.verify import METRIC_LINE
 from support.localpods import get_text
+from support.waits import record_wait
 
 LABEL = re.compile(r'(?P<key>[a-zA-Z_][a-zA-Z0-9_]*)="(?P<value>(?:[^"\\]|\\.)*)"')
 # The labels the chart's PodMonitor puts on every series (chart/templates/_metrics.tpl relabelings,
@@ -68,6 +70,8 @@ class Recorder:
     keep: frozenset[str]
     interval: float = 1.0
     timeout: float = SCRAPE_TIMEOUT
+    # A round starts at most every `interval`, however fast the machine: 2000 rounds at 1 s are
+    # 33 min, past the longest recording (the vLLM 0.32.0 e2e run: 445-581 s of wall time).
     limit: int = 2000
     samples: list[dict[str, Any]] = field(default_factory=list)
     phases: dict[str, list[int]] = field(default_factory=dict)
@@ -103,14 +107,39 @@ class Recorder:
             self._stop.wait(max(0.0, self.interval - (time.monotonic() - began)))
 
     @contextlib.contextmanager
-    def phase(self, name: str, settle: float = 0.0) -> Iterator[None]:
-        """The samples taken while the block runs (and `settle` s after it) are phase `name`."""
+    def phase(self, name: str, settle: float = 0.0) -> Iterator[Phase]:
+        """The samples taken while the block runs (and `settle` s after it) are phase `name`.
+        The block gets the phase (its samples so far), to keep its traffic going until the
+        phase holds enough samples however long a scrape takes (Phase.samples)."""
         start = len(self.samples)
         try:
-            yield
+            yield Phase(self, start)
         finally:
-            time.sleep(settle)
+            self.settle(settle)
             self.phases[name] = [start, len(self.samples)]
+
+    def settle(self, seconds: float) -> int:
+        """Wait `seconds`, and until as many samples as `seconds` holds at `interval` have been
+        taken since the call: a round of scrapes takes up to `timeout` a target when an engine is
+        busy (10-16 s for vLLM 0.32.0's decode on 2 shared cores, docs/operations.md), so a
+        fixed sleep holds fewer samples on a slower machine. Bounded by those rounds at their
+        slowest; the samples taken."""
+        if seconds <= 0:
+            return 0
+        begun, first = time.monotonic(), len(self.samples)
+        want = first + math.ceil(seconds / self.interval)
+        slowest = seconds + (want - first + 1) * (len(self.targets) * self.timeout + self.interval)
+        time.sleep(seconds)
+        while len(self.samples) < want and time.monotonic() - begun < slowest and self.recording():
+            time.sleep(0.2)
+        taken = len(self.samples) - first
+        what = f"{want - first} recorder samples in a {seconds:g} s settle"
+        record_wait(what, time.monotonic() - begun, slowest, len(self.samples) >= want)
+        return taken
+
+    def recording(self) -> bool:
+        """The recorder's thread still takes samples (not closed, `limit` not reached)."""
+        return self._thread is not None and self._thread.is_alive() and not self._stop.is_set()
 
     def close(self) -> None:
         self._stop.set()
@@ -130,6 +159,18 @@ class Recorder:
             "samples": self.samples,
         }
         path.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
+
+
+@dataclass
+class Phase:
+    """A phase being recorded: its samples so far."""
+
+    recorder: Recorder
+    start: int
+
+    @property
+    def samples(self) -> int:
+        return len(self.recorder.samples) - self.start
 
 
 def input_series(recording: dict[str, Any], phase: str) -> list[dict[str, str]]:

@@ -16,8 +16,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
+from support.waits import DETAIL_CHARS, brief, record_wait
+
 T = TypeVar("T")
 Obj = dict[str, Any]
+# One API call: an apply may wait on Kthena's webhook, which the API server gives 30 s
+# (timeoutSeconds of its registration, cluster._webhooks); twice that, for a loaded machine.
+# No other call comes near it: the 61 cluster tests, thousands of calls and waits, take 269-343 s.
+REQUEST_TIMEOUT = 60.0
 
 
 class ApiError(RuntimeError):
@@ -54,7 +60,7 @@ class Client:
         path: str,
         body: Any = None,
         content_type: str = "application/json",
-        timeout: float = 60,
+        timeout: float = REQUEST_TIMEOUT,
         query: dict[str, str] | None = None,
     ) -> Obj:
         url = self.server + path + (("?" + urllib.parse.urlencode(query)) if query else "")
@@ -141,17 +147,83 @@ class Client:
         return self.request("PATCH", self.path(obj, namespace) + "/status", patch, "application/merge-patch+json")
 
 
-def wait_for(what: str, probe: Callable[[], T | None], timeout: float, interval: float = 0.5) -> T:
+def wait_for(
+    what: str,
+    probe: Callable[[], T | None],
+    timeout: float,
+    interval: float = 0.5,
+    seen: Callable[[], object] | None = None,
+    detail: Callable[[], str] | None = None,
+) -> T:
     """Call `probe` until it returns something other than None or False, at most `timeout`
-    seconds; TimeoutError naming `what` and the last exception, if any."""
-    deadline = time.monotonic() + timeout
+    seconds (it is called at least once, and once more at the deadline). On time out a
+    TimeoutError whose first line names `what`, what `seen()` says there is (the pods and their
+    states, an object's status, the last answer...; trimmed) and the last ApiError or OSError a
+    probe raised; `detail()` follows on the next lines (a log's tail, at most DETAIL_CHARS)."""
+    start = time.monotonic()
+    deadline = start + timeout
     last: BaseException | None = None
-    while time.monotonic() < deadline:
+    last_at = probes = 0
+    while True:
+        probes += 1
         try:
             value = probe()
             if value is not None and value is not False:
+                record_wait(what, time.monotonic() - start, timeout, True)
                 return value
         except (ApiError, OSError) as e:
-            last = e
-        time.sleep(interval)
-    raise TimeoutError(f"{what}: not after {timeout:.0f} s" + (f" (last: {last})" if last else ""))
+            last, last_at = e, probes
+        left = deadline - time.monotonic()
+        if left <= 0:
+            break
+        time.sleep(min(interval, left))
+    record_wait(what, time.monotonic() - start, timeout, False)
+    message = f"{what}: not after {timeout:.0f} s ({probes} probes)"
+    if seen is not None:
+        try:
+            message += f"; saw: {brief(seen())}"
+        except Exception as e:  # the timeout is the failure: say why there is no view of it
+            message += f"; saw: (could not look: {brief(e, 120)})"
+    if last is not None:
+        message += f"; last error (probe {last_at}): {brief(last, 160)}"
+    if detail is not None:
+        try:
+            message += "\n" + detail()[-DETAIL_CHARS:]
+        except Exception as e:  # as above
+            message += f"\n(no detail: {brief(e, 120)})"
+    raise TimeoutError(message)
+
+
+def conditions(obj: Obj) -> dict[str, str]:
+    """An object's status conditions, type -> status."""
+    return {c["type"]: c["status"] for c in (obj.get("status") or {}).get("conditions") or []}
+
+
+def pod_brief(pod: Obj) -> str:
+    """A pod as a timeout names it: `name (phase, Ready or not, why not scheduled, terminating,
+    restarts, a container waiting and why)`."""
+    status = pod.get("status") or {}
+    parts = [status.get("phase") or "no phase"]
+    found = {c["type"]: c for c in status.get("conditions") or []}
+    if "Ready" in found:
+        parts.append("Ready" if found["Ready"]["status"] == "True" else "not Ready")
+    scheduled = found.get("PodScheduled")
+    if scheduled and scheduled["status"] != "True":
+        parts.append(f"unscheduled: {scheduled.get('reason', '')} {brief(scheduled.get('message', ''), 60)}".strip())
+    if pod["metadata"].get("deletionTimestamp"):
+        parts.append("terminating")
+    restarts = sum(int(c.get("restartCount", 0)) for c in status.get("containerStatuses") or [])
+    if restarts:
+        parts.append(f"{restarts} restarts")
+    for container in status.get("containerStatuses") or []:
+        waiting = (container.get("state") or {}).get("waiting")
+        if waiting:
+            parts.append(f"{container['name']} waiting: {waiting.get('reason', '')}")
+    if status.get("reason"):
+        parts.append(f"{status['reason']}: {brief(status.get('message', ''), 60)}")
+    return f"{pod['metadata']['name']} ({', '.join(parts)})"
+
+
+def pods_brief(pods: list[Obj]) -> str:
+    """Every pod's pod_brief, or `no pods`."""
+    return "; ".join(pod_brief(p) for p in sorted(pods, key=lambda p: p["metadata"]["name"])) or "no pods"

@@ -50,10 +50,18 @@ from support.localpods import ENGINE_NICE, Network, Proc, Processes, prepare
 PROCESS_LABEL = "mooncake-pd.test/kubelet"
 PROCESS_VALUE = "process"
 NODE_CAPACITY = {"cpu": "64", "memory": "256Gi", "pods": "16", "ephemeral-storage": "100Gi"}
+# kubelet's own figures: a 40 s Lease renewed every 10 s (a quarter of it, as kubelet does), so a
+# loaded machine may miss three renewals before kube-controller-manager's node lifecycle
+# controller (--node-monitor-grace-period, 40 s or more) calls the node unready; its restart
+# back-off, 10 s doubling to 300 s.
 LEASE_SECONDS = 40
 RENEW_EVERY = 10.0
-LOOP_INTERVAL = 0.5
 BACKOFF_START, BACKOFF_MAX = 10.0, 300.0
+# One pass over the pods (start, probes, status): a probe's period is whole seconds.
+LOOP_INTERVAL = 0.5
+# close(): how long a loop or a pod's termination (grace period, 30 s by default) may take to end
+# before the processes are stopped anyway (cleanup, not a judgement).
+JOIN_TIMEOUT = 30.0
 ADDRESSES_PER_NODE = 6
 
 
@@ -192,7 +200,9 @@ class Probe:
         return at >= self.next_at
 
     def check(self, at: float) -> bool:
-        """Probe once; True when the result changed what the probe says (ok or failed out)."""
+        """Probe once; True when the result changed what the probe says (ok or failed out). The
+        rendered timeoutSeconds, as kubelet uses it: on 2 shared cores an engine may miss it where
+        a node of its own would not, which failureThreshold absorbs as on a cluster."""
         self.next_at = at + self.period
         try:
             with urllib.request.urlopen(self.url, timeout=self.timeout) as answer:
@@ -346,7 +356,7 @@ class ProcessKubelet:
         """Stop the loops, then every container (SIGTERM, SIGKILL after the Processes' grace)."""
         self.stop_event.set()
         for thread in self.threads:
-            thread.join(timeout=30)
+            thread.join(timeout=JOIN_TIMEOUT)
         with self.lock:
             for run in self.pods.values():
                 for c in run.containers:

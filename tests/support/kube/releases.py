@@ -12,10 +12,20 @@ from pathlib import Path
 from typing import Any
 
 from mooncake_pd import manifests, paths
-from support.kube.api import Client, wait_for
+from support.kube.api import Client, pods_brief, wait_for
 from support.kube.cluster import Cluster
+from support.waits import brief
 
+# helm's own bound on what --wait waits for (Deployments Ready, resources deleted). Measured: a
+# whole preset test (install, its pods, uninstall) takes 2.0 s, the autoscaled latency-first one
+# 13.8 s (c5b2f1d); a helm call is seconds of that. 120 s leaves more than 4x for a loaded machine.
+HELM_WAIT = "120s"
+# The helm process itself: its --wait and 60 s more for its start and its API calls.
 HELM_TIMEOUT = 180
+# Pods of a release settling (made, bound, Running) or going, after helm returned. Measured: the
+# latency-first preset settles in 13.8 s, which includes Kthena's autoscaler tick (every 15 s;
+# not slowed by load), cost-first in 2.0 s (c5b2f1d); a one-core CPU hog about doubles the rest.
+SETTLE_TIMEOUT = 60.0
 MODELSERVING = ("workload.serving.volcano.sh/v1alpha1", "ModelServing")
 
 
@@ -40,24 +50,31 @@ class Helm:
             "HELM_DATA_HOME": str(self.home / "data"),
         }
         argv = [str(paths.helm_binary(self.version)), *args]
-        proc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=HELM_TIMEOUT, check=False)
+        try:
+            proc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=HELM_TIMEOUT, check=False)
+        except subprocess.TimeoutExpired as e:
+            said = e.stderr.decode(errors="replace") if isinstance(e.stderr, bytes) else (e.stderr or "")
+            raise HelmFailed(
+                f"helm {self.version} {' '.join(args)}: no end after {HELM_TIMEOUT} s; "
+                f"its stderr ends: {brief(said[-400:] or '(nothing)')}"
+            ) from None
         if check and proc.returncode != 0:
             raise HelmFailed(f"helm {self.version} {' '.join(args)}:\n{proc.stderr.strip()}")
         return proc
 
     def install(self, release: str, namespace: str, *values: Path, sets: tuple[str, ...] = ()) -> None:
         args = ["install", release, str(paths.CHART), "-n", namespace, "--create-namespace", "--wait"]
-        self.run(*args, "--timeout", "120s", *_values(values, sets))
+        self.run(*args, "--timeout", HELM_WAIT, *_values(values, sets))
 
     def upgrade(self, release: str, namespace: str, *values: Path, sets: tuple[str, ...] = ()) -> None:
-        args = ["upgrade", release, str(paths.CHART), "-n", namespace, "--wait", "--timeout", "120s"]
+        args = ["upgrade", release, str(paths.CHART), "-n", namespace, "--wait", "--timeout", HELM_WAIT]
         self.run(*args, *_values(values, sets))
 
     def rollback(self, release: str, namespace: str, revision: int) -> None:
-        self.run("rollback", release, str(revision), "-n", namespace, "--wait", "--timeout", "120s")
+        self.run("rollback", release, str(revision), "-n", namespace, "--wait", "--timeout", HELM_WAIT)
 
     def uninstall(self, release: str, namespace: str) -> None:
-        self.run("uninstall", release, "-n", namespace, "--wait", "--timeout", "120s")
+        self.run("uninstall", release, "-n", namespace, "--wait", "--timeout", HELM_WAIT)
 
     def manifest(self, release: str, namespace: str) -> list[dict[str, Any]]:
         return manifests.parse(self.run("get", "manifest", release, "-n", namespace).stdout)
@@ -80,28 +97,45 @@ def pods_of(api: Client, namespace: str, modelserving: str) -> list[dict[str, An
 
 
 def wait_pods(
-    api: Client, namespace: str, modelserving: str, names: set[str], timeout: float = 60
+    api: Client, namespace: str, modelserving: str, names: set[str], timeout: float = SETTLE_TIMEOUT
 ) -> list[dict[str, Any]]:
-    """Wait until the ModelServing's pods are exactly `names` (none terminating), bound or not."""
-
-    seen: list[str] = []
+    """Wait until the ModelServing's pods are exactly `names` (none terminating), bound or not.
+    On time out, the pods last seen and their states: whether Kthena made none, too few, or
+    others, and whether they are scheduled."""
+    last: list[dict[str, Any]] = []
 
     def settled() -> list[dict[str, Any]] | None:
-        pods = [p for p in pods_of(api, namespace, modelserving) if not p["metadata"].get("deletionTimestamp")]
-        seen[:] = sorted(p["metadata"]["name"] for p in pods)
-        return pods if set(seen) == names else None
+        last[:] = pods_of(api, namespace, modelserving)
+        pods = [p for p in last if not p["metadata"].get("deletionTimestamp")]
+        return pods if {p["metadata"]["name"] for p in pods} == names else None
 
-    try:
-        return wait_for(f"pods {sorted(names)} of ModelServing {namespace}/{modelserving}", settled, timeout)
-    except TimeoutError as e:
-        # What there was instead says whether Kthena made nothing, too few, or others.
-        raise TimeoutError(f"{e}; the last pods seen: {seen or 'none'}") from None
+    def seen() -> str:
+        have = {p["metadata"]["name"] for p in last if not p["metadata"].get("deletionTimestamp")}
+        return f"missing {sorted(names - have)}, others {sorted(have - names)}: {pods_brief(last)}"
+
+    return wait_for(f"the pods of ModelServing {namespace}/{modelserving}", settled, timeout, seen=seen)
 
 
-def wait_gone(api: Client, namespace: str, modelserving: str, timeout: float = 60) -> None:
+def wait_gone(api: Client, namespace: str, modelserving: str, timeout: float = SETTLE_TIMEOUT) -> None:
+    """Wait until the ModelServing and its pods are deleted (after helm uninstall)."""
+    left: dict[str, Any] = {"pods": [], "modelserving": None}
+
     def gone() -> bool:
-        return not pods_of(api, namespace, modelserving) and not any(
-            m["metadata"]["name"] == modelserving for m in api.list(*MODELSERVING, namespace)
+        left["pods"] = pods_of(api, namespace, modelserving)
+        left["modelserving"] = next(
+            (m for m in api.list(*MODELSERVING, namespace) if m["metadata"]["name"] == modelserving), None
         )
+        return not left["pods"] and left["modelserving"] is None
 
-    wait_for(f"ModelServing {namespace}/{modelserving} and its pods deleted", gone, timeout)
+    def seen() -> str:
+        ms = left["modelserving"]
+        if ms is None:
+            state = "gone"
+        elif ms["metadata"].get("deletionTimestamp"):
+            meta = ms["metadata"]
+            state = f"deleting since {meta['deletionTimestamp']}, finalizers {meta.get('finalizers')}"
+        else:
+            state = "there, not being deleted"
+        return f"the ModelServing {state}; pods: {pods_brief(left['pods'])}"
+
+    wait_for(f"ModelServing {namespace}/{modelserving} and its pods deleted", gone, timeout, seen=seen)
