@@ -9,13 +9,14 @@ what docs/troubleshooting.md's runbook tells the user."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
 
 from mooncake_pd import paths
-from support.kube.api import wait_for
-from support.kube.releases import Helm, pods_of
+from support.kube.api import pods_brief, wait_for
+from support.kube.releases import SETTLE_TIMEOUT, Helm, pods_of
 
 pytestmark = pytest.mark.cluster
 RELEASE = paths.RELEASE
@@ -49,7 +50,12 @@ def test_the_cpu_profile_runs_under_pod_security_baseline(cluster, tmp_path: Pat
             return pods if roles == {"prefill", "decode"} else None
 
         # Kthena creates prefill's pod, then decode's: both admitted.
-        pods = wait_for("the cpu engine pods of both roles", both_roles, 60)
+        pods = wait_for(
+            "the cpu engine pods of both roles",
+            both_roles,
+            SETTLE_TIMEOUT,
+            seen=lambda: pods_brief(pods_of(api, namespace, RELEASE)),
+        )
         for pod in pods:
             assert not pod["spec"].get("hostNetwork")
     finally:
@@ -62,6 +68,7 @@ def test_the_guides_deployment_is_refused_pods_under_baseline_and_says_why(clust
     _namespace(api, namespace, "baseline")
     runner = Helm(cluster, paths.DEFAULT_HELM_VERSION, tmp_path / "helm")
     # helm succeeds: the ModelServing itself is admitted, its pods are not.
+    installed = time.monotonic()
     notes = runner.run("install", RELEASE, str(paths.CHART), "-n", namespace).stdout
     try:
         assert "need the namespace's level privileged" in notes
@@ -73,14 +80,28 @@ def test_the_guides_deployment_is_refused_pods_under_baseline_and_says_why(clust
             lines = [line for line in log.read_text(errors="replace").splitlines() if f'"{namespace}/' in line]
             return [line for line in lines if "violates PodSecurity" in line] or None
 
-        lines = wait_for("Kthena's log of the refused pod creation", refused, 60)
+        def namespace_lines() -> str:
+            lines = [line for line in log.read_text(errors="replace").splitlines() if f'"{namespace}/' in line]
+            return f"{len(lines)} lines of Kthena's log name {namespace}; the last: {lines[-1] if lines else 'none'}"
+
+        # Kthena's first sync of the new ModelServing: the pods' bound.
+        lines = wait_for("Kthena's log of the refused pod creation", refused, SETTLE_TIMEOUT, seen=namespace_lines)
         assert "baseline:latest" in lines[-1], lines[-1]
         assert "host namespaces (hostNetwork=true), hostPath volumes" in lines[-1], lines[-1]
         assert pods_of(api, namespace, RELEASE) == []
         events = [e.get("message", "") for e in api.list("v1", "Event", namespace)]
         assert not any("PodSecurity" in m for m in events), events  # Kthena v1.0.0 records none
-        # The fix NOTES give: with the label, Kthena's next attempts create the pods.
+        # The fix NOTES give: with the label, Kthena's next attempts create the pods. It retries a
+        # failed sync with client-go's exponential back-off (5 ms doubling, at most 1000 s): the
+        # tries so far span the seconds since the install, and the next comes before as many again
+        # have passed. So the bound grows with how long this machine took to get here.
+        since_install = time.monotonic() - installed
         _namespace(api, namespace, "privileged")
-        wait_for("the engine pods once the namespace allows them", lambda: pods_of(api, namespace, RELEASE) or None, 90)
+        wait_for(
+            "the engine pods once the namespace allows them",
+            lambda: pods_of(api, namespace, RELEASE) or None,
+            max(90.0, 2 * since_install + SETTLE_TIMEOUT),
+            seen=namespace_lines,
+        )
     finally:
         runner.uninstall(RELEASE, namespace)

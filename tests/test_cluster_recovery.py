@@ -25,7 +25,9 @@ import pytest
 
 from mooncake_pd import manifests, paths
 from support.kthena_pods import matches
-from support.kube.releases import Helm, pods_of, record, wait_gone
+from support.kube.api import wait_for
+from support.kube.releases import HELM_TIMEOUT, SETTLE_TIMEOUT, Helm, pods_of, record, wait_gone
+from support.waits import brief
 
 pytestmark = pytest.mark.cluster
 RELEASE = paths.RELEASE
@@ -51,18 +53,43 @@ def snapshot(api, namespace: str) -> dict[str, tuple[str, str, str, bool]]:
     }
 
 
-def watch(api, namespace: str, until, timeout: float = 60) -> list[tuple[float, dict[str, Any]]]:
-    """Snapshots every 0.2 s, each kept when it differs from the last, until `until(snapshot)`."""
+# A helm upgrade's rollout watched to its end: one group or role replica after the other, each
+# gone and back within a second here (group 1 between the snapshots kept at 1.6 s and 2.2 s,
+# dc07272, out/cluster-recovery.json). 90 s leaves a loaded machine more than ten times that.
+# (A failed pod recreated with no grace, FAST, and a release's pods settling: SETTLE_TIMEOUT.)
+ROLLOUT_S = 90.0
+
+
+def brief_snapshot(now: dict[str, tuple[str, str, str, bool]]) -> str:
+    """A snapshot as a timeout names it: each pod's name, revision, phase, terminating or not."""
+    return (
+        "; ".join(
+            f"{name} {revision[:8]} {phase or 'no phase'}{' terminating' if going else ''}"
+            for name, (_, revision, phase, going) in sorted(now.items())
+        )
+        or "no pods"
+    )
+
+
+def watch(api, namespace: str, until, timeout: float = SETTLE_TIMEOUT, what: str = "the pods settled") -> list:
+    """Snapshots every 0.2 s, each kept (with its second) when it differs from the last, until
+    `until(snapshot)`; the timeline. On time out, `what` and the last snapshot."""
     start = time.monotonic()
     seen: list[tuple[float, dict[str, Any]]] = []
-    while time.monotonic() - start < timeout:
+
+    def settled() -> bool:
         now = snapshot(api, namespace)
         if not seen or seen[-1][1] != now:
             seen.append((round(time.monotonic() - start, 1), now))
-        if until(now):
-            return seen
-        time.sleep(0.2)
-    raise TimeoutError(f"not settled after {timeout} s; last: {seen[-1] if seen else None}")
+        return bool(until(now))
+
+    def last() -> str:
+        if not seen:
+            return "none"
+        return f"{len(seen)} changes, the last at {seen[-1][0]} s: {brief_snapshot(seen[-1][1])}"
+
+    wait_for(f"{what} in {namespace}", settled, timeout, interval=0.2, seen=last)
+    return seen
 
 
 def upgrade_watching(runner: Helm, api, namespace: str, sets: tuple[str, ...], until) -> list:
@@ -78,9 +105,15 @@ def upgrade_watching(runner: Helm, api, namespace: str, sets: tuple[str, ...], u
     thread = threading.Thread(target=run)
     thread.start()
     try:
-        timeline = watch(api, namespace, until, timeout=90)
+        timeline = watch(api, namespace, until, timeout=ROLLOUT_S, what="the rollout")
+    except TimeoutError as e:
+        thread.join(timeout=HELM_TIMEOUT + 20)
+        raise TimeoutError(f"{e}; helm upgrade: {brief(errors[0]) if errors else 'no error'}") from None
     finally:
-        thread.join(timeout=200)
+        # helm ends within HELM_TIMEOUT (it is killed there): a little more, then say so.
+        thread.join(timeout=HELM_TIMEOUT + 20)
+    if thread.is_alive():
+        raise TimeoutError(f"helm upgrade in {namespace}: still running {HELM_TIMEOUT + 20} s after the rollout")
     if errors:
         raise errors[0]
     return timeline
