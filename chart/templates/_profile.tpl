@@ -82,8 +82,19 @@ is parsed once however often the profile is read. */}}
 family's fields, `engine` (the row of the release's engine version, without the images, with
 its `version` and where that came from, `versionFrom`) and `image` (the engine image of this
 accelerator at that version: repository and tag). An engine version the table lacks, or one
-without an image for this accelerator, fails here: nothing else can be checked against it. */}}
+without an image for this accelerator, fails here: nothing else can be checked against it.
+Worked out once per render and kept on the root context (as the table is): it depends on the
+values and the table alone, and a render reads it over a hundred times (every rule group, every
+pod template and script), each a merge of three table reads that cost most of a render's
+template time before. */}}
 {{- define "mooncake-pd.profile" -}}
+{{- if not (hasKey . "mooncakePdProfile") -}}
+{{- $_ := set . "mooncakePdProfile" (include "mooncake-pd.profile.render" .) -}}
+{{- end -}}
+{{- get . "mooncakePdProfile" -}}
+{{- end }}
+
+{{- define "mooncake-pd.profile.render" -}}
 {{- $table := include "mooncake-pd.profile.table" . | fromJson -}}
 {{- $type := .Values.accelerator.type -}}
 {{- $row := get $table.accelerators $type -}}

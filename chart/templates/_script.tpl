@@ -5,8 +5,18 @@ Every value is single-quoted (mooncake-pd.util.shellQuote); JSON comes from toJs
 
 {{/* The start script of a role's entry pod (.worker false) or worker pods (.worker true): exports
 its env, then execs vllm serve with derived and user flags.
-Context: (dict "root" $ "role" "prefill" "worker" false). */}}
+Context: (dict "root" $ "role" "prefill" "worker" false). Rendered once per render and kept on
+the root context (as the pod template is): the scripts ConfigMap holds the text and the pod
+template its checksum. */}}
 {{- define "mooncake-pd.script.engine" -}}
+{{- $key := printf "mooncakePdScript-%s-%t" .role .worker -}}
+{{- if not (hasKey .root $key) -}}
+{{- $_ := set .root $key (include "mooncake-pd.script.render" .) -}}
+{{- end -}}
+{{- get .root $key -}}
+{{- end }}
+
+{{- define "mooncake-pd.script.render" -}}
 {{- $root := .root -}}
 {{- $v := index $root.Values .role -}}
 {{- $p := $v.parallelism -}}

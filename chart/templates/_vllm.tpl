@@ -7,9 +7,19 @@ flag maps as command-line words, and a role's `vllm serve` flags.
 {{/* The options of a vLLM command of the release's engine version, read from its own parser
 (files/engines/<version>/SOURCE.md), as JSON: name without "--" (every spelling, --no-x
 included) -> kind (bool, value, list). (dict "root" $ "list" "serve-flags.json") or
-"bench-serve-flags.json". */}}
+"bench-serve-flags.json". Read once per render and kept on the root context, as the negatives
+are: the file is 12-50 KB of JSON, and a read of it costs about twice the rest of a start script. */}}
 {{- define "mooncake-pd.vllm.options" -}}
 {{- $file := include "mooncake-pd.profile.engineFile" (dict "root" .root "file" .list) -}}
+{{- $key := printf "mooncakePdVllmOptions-%s" $file -}}
+{{- if not (hasKey .root $key) -}}
+{{- $_ := set .root $key (include "mooncake-pd.vllm.optionsRead" (dict "root" .root "file" $file)) -}}
+{{- end -}}
+{{- get .root $key -}}
+{{- end }}
+
+{{- define "mooncake-pd.vllm.optionsRead" -}}
+{{- $file := .file -}}
 {{- $data := .root.Files.Get $file | fromJson -}}
 {{- if not $data.flags }}{{ fail (printf "chart/%s: cannot read vLLM's option list" $file) }}{{ end -}}
 {{- $names := dict -}}
@@ -24,9 +34,19 @@ included) -> kind (bool, value, list). (dict "root" $ "list" "serve-flags.json")
 {{/* How vLLM's parser spells "off" for each two-way flag of a command of the release's engine
 version: name -> the other long spelling, without "--" (enable-prefix-caching ->
 no-enable-prefix-caching in 0.13, disable-prefix-caching in 0.33). JSON. (dict "root" $ "list"
-"serve-flags.json") */}}
+"serve-flags.json"). Read once per render and kept on the root context: every start script
+and the option rules need it. */}}
 {{- define "mooncake-pd.vllm.negatives" -}}
 {{- $file := include "mooncake-pd.profile.engineFile" (dict "root" .root "file" .list) -}}
+{{- $key := printf "mooncakePdVllmNegatives-%s" $file -}}
+{{- if not (hasKey .root $key) -}}
+{{- $_ := set .root $key (include "mooncake-pd.vllm.negativesRead" (dict "root" .root "file" $file)) -}}
+{{- end -}}
+{{- get .root $key -}}
+{{- end }}
+
+{{- define "mooncake-pd.vllm.negativesRead" -}}
+{{- $file := .file -}}
 {{- $negatives := dict -}}
 {{- range $flag := (.root.Files.Get $file | fromJson).flags }}
 {{- $longs := list }}
