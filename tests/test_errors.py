@@ -33,6 +33,7 @@ EXIT_CODES = {
     "mooncake_pd.profiles.ProfileError": BAD_INPUT,
     "mooncake_pd.scriptrun.ScriptFailed": FAILED,
     "mooncake_pd.validate.CrdsMissing": BAD_INPUT,
+    "mooncake_pd.values_file.ValuesFileError": BAD_INPUT,
     "mooncake_pd.verify.VerifyError": BAD_INPUT,
 }
 

@@ -57,7 +57,7 @@ def check_supported(helm: Path) -> str:
 
 def template(
     helm: Path,
-    values_files: Iterable[Path] = (),
+    values_files: Iterable[Path | str] = (),
     set_json: Mapping[str, object] | None = None,
     *,
     chart: Path = paths.CHART,

@@ -1,5 +1,6 @@
 """Values files on disk: written new with a header, or edited in place with ruamel.yaml's
-round trip (comments, key order and every other key kept), always atomically."""
+round trip (comments, key order and every other key kept), always atomically; and checked before
+the tool reads one or hands it to helm (a key given twice, a tab in the indentation)."""
 
 from __future__ import annotations
 
@@ -13,11 +14,19 @@ from typing import Any
 
 from ruamel.yaml import YAML
 from ruamel.yaml.comments import CommentedMap
+from ruamel.yaml.error import MarkedYAMLError, YAMLError
+from ruamel.yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
 from mooncake_pd import paths
+from mooncake_pd.errors import MooncakePdError
 from mooncake_pd.generate import REMOVE
 
 SCHEMA_MODELINE = "# yaml-language-server: $schema=../chart/values.schema.json"
+
+
+class ValuesFileError(MooncakePdError):
+    """A values file the tool reads cannot be read as the person meant it (a duplicate key, a tab
+    in the indentation, not YAML): the message names the file and line, the problem and the fix."""
 
 
 def _yaml() -> YAML:
@@ -46,6 +55,88 @@ def dump_new(values: dict[str, Any], header: list[str]) -> str:
         stream.write(f"# {line}".rstrip() + "\n")
     _yaml().dump(_commented(values), stream)
     return stream.getvalue()
+
+
+def _duplicates(node: Node, name: str, path: str, seen: set[int]) -> list[str]:
+    """One line per key given twice in a mapping of `node`'s tree (`path`: where `node` is, as
+    dotted keys). Keys compare as the strings they are written as: helm turns values into JSON,
+    whose keys are strings, so `1:` and `"1":` are one key there too."""
+    if id(node) in seen:  # an alias of a node already walked
+        return []
+    seen.add(id(node))
+    found: list[str] = []
+    if isinstance(node, MappingNode):
+        first: dict[str, int] = {}
+        for key, value in node.value:
+            label = str(key.value) if isinstance(key, ScalarNode) else "?"
+            where = f"{path}.{label}" if path else label
+            line = key.start_mark.line + 1
+            if label in first:
+                found.append(
+                    f"{name}:{line}: duplicate key {where}; remove one (line {first[label]} gives it too, "
+                    "and helm would keep only the last, silently)"
+                )
+            else:
+                first[label] = line
+            found += _duplicates(value, name, where, seen)
+    elif isinstance(node, SequenceNode):
+        for index, item in enumerate(node.value):
+            found += _duplicates(item, name, f"{path}[{index}]", seen)
+    return found
+
+
+def _tab_at(error: MarkedYAMLError, text: str) -> str | None:
+    """Where a YAML error stops at a tab: "indentation" where only whitespace precedes it on its
+    line (YAML never allows that: YAML 1.2.2, 6.1 "Indentation Spaces", and helm refuses it with a
+    bare "found character that cannot start any token"), "line" elsewhere, None at no tab."""
+    mark = error.problem_mark
+    lines = text.splitlines()
+    if mark is None or mark.line >= len(lines) or lines[mark.line][mark.column : mark.column + 1] != "\t":
+        return None
+    return "line" if lines[mark.line][: mark.column].strip() else "indentation"
+
+
+def problems(text: str, name: str, *, strict: bool) -> list[str]:
+    """What makes `text` (a values file called `name`) one helm misreads or refuses unhelpfully:
+    duplicate keys (helm keeps the last one silently) and tabs in the indentation, one line each
+    as `name:line[:column]: problem; fix`. With strict, any YAML error too (the tool edits the
+    file: it must read it); without, a YAML error other than a tab is left to helm, whose reader
+    (go-yaml) takes some YAML this one (ruamel.yaml) does not, such as a tab after `key:`."""
+    try:
+        documents = list(YAML().compose_all(text))
+    except YAMLError as e:
+        if not isinstance(e, MarkedYAMLError):  # a character YAML does not take (ruamel's ReaderError)
+            return [f"{name}: not valid YAML ({' '.join(str(e).split())}); correct it"] if strict else []
+        mark = e.problem_mark
+        where = f"{name}:{mark.line + 1}:{mark.column + 1}" if mark else name
+        tab = _tab_at(e, text)
+        if tab == "indentation":
+            return [f"{where}: a tab in the indentation; tabs are not allowed in YAML indentation: indent with spaces"]
+        if not strict:
+            return []
+        if tab == "line":
+            return [f"{where}: a tab this tool's YAML reader (ruamel.yaml) does not take; replace it with a space"]
+        return [f"{where}: not valid YAML ({e.problem}); correct it"]
+    found: list[str] = []
+    seen: set[int] = set()
+    for document in documents:
+        if document is not None:
+            found += _duplicates(document, name, "", seen)
+    return found
+
+
+def check(path: Path, *, strict: bool) -> str:
+    """The text of the values file at `path`, or ValuesFileError naming every problem (problems)."""
+    try:
+        text = Path(path).read_text()
+    except (OSError, UnicodeDecodeError) as e:
+        raise ValuesFileError(
+            f"{path}: cannot read it ({getattr(e, 'strerror', None) or e}); give a values file"
+        ) from None
+    found = problems(text, str(path), strict=strict)
+    if found:
+        raise ValuesFileError("\n".join(found))
+    return text
 
 
 def load_text(text: str) -> Any:

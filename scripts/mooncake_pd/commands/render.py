@@ -17,12 +17,38 @@ def _helm_origin(binary: Path) -> str:
     return f"HELM={binary}, not the pinned download"
 
 
+def is_remote(given: str) -> bool:
+    """A -f that helm fetches itself (a URL) or reads from stdin (`-`), not a file here."""
+    return given == "-" or "://" in given
+
+
+def check_values_files(given: list[str]) -> None:
+    """Refuse, before helm runs, the local values files helm would misread silently (a duplicate
+    key: it keeps the last) or refuse with a bare YAML error (a tab in the indentation), naming
+    file and line; values_file.ValuesFileError with every problem of every file."""
+    found: list[str] = []
+    for name in given:
+        if is_remote(name):
+            continue
+        path = Path(name)
+        if not path.is_file():
+            found.append(f"{name}: no such file; give -f a values file (a path, a URL or - for stdin)")
+            continue
+        try:
+            values_file.check(path, strict=False)
+        except values_file.ValuesFileError as e:
+            found.append(str(e))
+    if found:
+        raise values_file.ValuesFileError("\n".join(found))
+
+
 def run(args: argparse.Namespace) -> int:
     # Imported here: the validators (jsonschema, kubernetes-validate, CEL) take half a second to
     # import, which every other command would pay at start.
     from mooncake_pd import validate
 
     chart = paths.chart_dir(args.chart)
+    check_values_files(args.values)
     binary = paths.require_helm(args.helm)
     helm_version = helm.check_supported(binary)
     try:
@@ -53,8 +79,15 @@ def register(sub: argparse._SubParsersAction) -> None:
         "against the Kubernetes OpenAPI schemas and the Kthena CRDs, write it to --out, and print "
         "roles, replicas, devices per pod, ports, KV connector and proxy endpoint.",
     )
+    # Kept as given (not a Path, which would fold a URL's `//`): helm fetches a URL itself.
     render.add_argument(
-        "--values", "-f", type=Path, action="append", default=[], help="values file (repeatable), as for helm"
+        "--values",
+        "-f",
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="values file (repeatable, the last wins), as for helm: a path, a URL or - for stdin; a local file "
+        "with a duplicate key or a tab in its indentation is refused, naming the line",
     )
     render.add_argument(
         "--out",

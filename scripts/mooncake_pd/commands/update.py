@@ -121,11 +121,22 @@ def recorded_inputs(
 
 def run(args: argparse.Namespace) -> int:
     model = modelmod.load(args.model_dir)
+    # Refused before anything is read from it: a duplicate key (helm keeps the last one, the
+    # round trip below would stop at it), a tab in the indentation, or YAML the round trip cannot
+    # read, each naming its line.
+    text = values_file.check(args.values_file, strict=True)
     try:
-        text = args.values_file.read_text()
         current = yaml.safe_load(text) or {}
-    except (OSError, yaml.YAMLError) as e:
-        raise gen.GenerateError(f"{args.values_file}: cannot read it as YAML: {e}") from None
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f"{args.values_file}:{mark.line + 1}:{mark.column + 1}" if mark else str(args.values_file)
+        problem = getattr(e, "problem", None) or e
+        raise values_file.ValuesFileError(f"{where}: cannot read it as YAML ({problem}); correct it") from None
+    if not isinstance(current, dict):
+        raise values_file.ValuesFileError(
+            f"{args.values_file}: a {type(current).__name__} at the top, not a mapping of values keys; "
+            "give a values file"
+        )
     defaults = gen.chart_defaults(args.chart)
     effective = gen.merged(defaults, current)
     kind = effective["accelerator"]["type"]
