@@ -226,6 +226,38 @@ def test_bad_parallelism_exits_2_naming_the_option(tmp_path: Path, options, mess
     assert sorted(p.name for p in tmp_path.iterdir()) == ["values.yaml"]
 
 
+# Issue #40 item 4: sizes below 1 ended in a ZeroDivisionError traceback (TP 0, nodes 0), were
+# written (DP 0, TP -2), or became the default (max-model-len 0); a TP above the node's devices
+# listed an empty set of valid DPs.
+BAD_NUMBERS = [
+    (["--prefill-tp", "0"], "argument --prefill-tp: 0 must be at least 1"),
+    (["--prefill-nodes", "0"], "argument --prefill-nodes: 0 must be at least 1"),
+    (["--prefill-dp", "0"], "argument --prefill-dp: 0 must be at least 1"),
+    (["--decode-tp", "-2"], "argument --decode-tp: -2 must be at least 1"),
+    (["--decode-replicas", "0"], "argument --decode-replicas: 0 must be at least 1"),
+    (["--max-model-len", "0"], "argument --max-model-len: 0 must be at least 1"),
+    (["--decode-dp", "two"], "argument --decode-dp: 'two' is not an integer; give a whole number of at least 1"),
+    (["--device-memory-gib", "0"], "argument --device-memory-gib: 0 must be a finite number above 0"),
+    (
+        ["--prefill-tp", "32"],
+        "--prefill-tp 32: above the 16 devices of an ascend-a3 node, which one TP group must fit; "
+        "valid on ascend-a3: 1, 2, 4, 8, 16",
+    ),
+]
+
+
+@pytest.mark.parametrize(("options", "message"), BAD_NUMBERS, ids=[" ".join(o) for o, _ in BAD_NUMBERS])
+def test_a_size_that_cannot_work_exits_2_naming_the_option(tmp_path: Path, options: list[str], message: str):
+    out = tmp_path / "values.yaml"
+    out.write_text("keep: me\n")
+    proc = cli("generate", "--model-dir", MODELS / "Qwen3-8B", *options, "--output", out)
+    assert proc.returncode == 2, proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert message in proc.stderr
+    assert out.read_text() == "keep: me\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["values.yaml"]
+
+
 BROKEN_CASES = [
     ("missing-dir", "no such directory or file"),
     ("empty-dir", "config.json: missing; point --model-dir at a directory holding config.json"),

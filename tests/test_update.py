@@ -216,7 +216,8 @@ def test_a_hand_written_file_is_updated_as_before(tmp_path: Path, capsys):
 @pytest.mark.parametrize(
     ("edit", "message"),
     [
-        (("--prefill-tp 2", "--prefill-tp two"), "argument --prefill-tp: invalid int value: 'two'"),
+        (("--prefill-tp 2", "--prefill-tp two"), "argument --prefill-tp: 'two' is not an integer"),
+        (("--prefill-tp 2", "--prefill-tp 0"), "argument --prefill-tp: 0 must be at least 1"),
         (("--model-dir", "--no-such-option x --model-dir"), "unrecognized arguments: --no-such-option x"),
     ],
 )
@@ -258,3 +259,36 @@ def test_top_level_options_before_the_recorded_command(tmp_path: Path, capsys):
 def test_with_option(argv, option, value, expected):
     takes_value = option not in ("--fixed-head-dim", "--force")
     assert header.with_option(argv, option, value, takes_value=takes_value) == expected
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        (
+            "prefill:\n  parallelism:\n    tensor: 0\n",
+            "prefill.parallelism.tensor: 0: must be an integer of at least 1",
+        ),
+        (
+            "decode:\n  parallelism:\n    data: two\n",
+            "decode.parallelism.data: 'two': must be an integer of at least 1",
+        ),
+        ("model:\n  maxModelLen: 0\n", "model.maxModelLen: 0: must be an integer of at least 1"),
+        (
+            "decode:\n  args:\n    gpu-memory-utilization: 1.5\n",
+            "decode.args.gpu-memory-utilization: 1.5: must be a number of at least 0.01 and at most 1",
+        ),
+        ("- not: values\n", "a list at the top, not a mapping of values keys; give a values file"),
+    ],
+    ids=["tp-0", "dp-word", "max-model-len-0", "utilization", "a-list"],
+)
+def test_a_number_the_estimate_reads_from_the_file_is_checked_naming_the_key(
+    tmp_path: Path, capsys, body: str, message: str
+):
+    """Issue #40 item 4, in a file update edits: a TP of 0 ended in a ZeroDivisionError, a word in
+    a ValueError traceback."""
+    path = tmp_path / "values.yaml"
+    path.write_text(body)
+    code, _, err = run(capsys, "update", path, "--model-dir", QWEN3)
+    assert code == 2 and "Traceback" not in err
+    assert message in err
+    assert path.read_text() == body and sorted(p.name for p in tmp_path.iterdir()) == ["values.yaml"]

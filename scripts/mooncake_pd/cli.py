@@ -35,13 +35,26 @@ def add_common_options(parser: argparse.ArgumentParser, *, top: bool) -> None:
 
 
 def positive_int(text: str) -> int:
-    """argparse type: an integer of at least 1."""
+    """argparse type: an integer of at least 1 (argparse names the option: `argument --prefill-tp:
+    0 must be at least 1`). A size of 0 or below would divide by zero or write values the chart's
+    schema refuses, so it is refused where it is typed."""
     try:
         value = int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer; give a whole number of at least 1") from None
     if value < 1:
         raise argparse.ArgumentTypeError(f"{value} must be at least 1")
+    return value
+
+
+def positive_float(text: str) -> float:
+    """argparse type: a number above 0 (a device memory or a time)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number; give one above 0") from None
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"{text} must be a finite number above 0")
     return value
 
 

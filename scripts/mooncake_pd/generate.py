@@ -4,6 +4,7 @@ the engines' preflight derives it from the mounted model at start)."""
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
 import re
@@ -118,10 +119,17 @@ def check_topology(model: modelmod.Model, accelerator: Accelerator, roles: dict[
     rules = chartfiles.program("preflight")
     text, _ = rules.text_config(model.raw)
     for role, t in roles.items():
+        valid = ", ".join(map(str, rules.valid_tensor_parallel(text, per_node)))
         problem = rules.tensor_parallel_problem(text, t.tensor)
         if problem:
-            valid = ", ".join(map(str, rules.valid_tensor_parallel(text, per_node)))
             raise GenerateError(f"--{role}-tp {t.tensor}: {problem}; valid on {accelerator.type}: {valid}")
+        # A TP group runs in one pod (the devices per pod are TP x DP-local): a TP above the
+        # node's devices has no DP that fits, and listing the DPs that do would list none.
+        if t.tensor > per_node:
+            raise GenerateError(
+                f"--{role}-tp {t.tensor}: above the {per_node} devices of an {accelerator.type} node, which one TP "
+                f"group must fit; valid on {accelerator.type}: {valid}"
+            )
         if t.data % t.nodes:
             raise GenerateError(
                 f"--{role}-dp {t.data}: not divisible by --{role}-nodes {t.nodes}; valid --{role}-dp: "
@@ -153,13 +161,28 @@ def check_topology(model: modelmod.Model, accelerator: Accelerator, roles: dict[
         )
 
 
+def number(value: Any, key: str, *, minimum: float, integer: bool = True, maximum: float | None = None) -> Any:
+    """A number the estimate reads from values (a file update edits), or GenerateError naming the
+    key: a 0 or a word there would divide by zero or stop in a traceback. A vLLM flag in args may
+    be a string (the chart passes it as a word): one that reads as the number is taken."""
+    kind = "an integer" if integer else "a number"
+    if isinstance(value, str) and ".args." in key:
+        with contextlib.suppress(ValueError):
+            value = int(value) if integer else float(value)
+    ok = isinstance(value, int if integer else (int, float)) and not isinstance(value, bool)
+    if not ok or value < minimum or (maximum is not None and value > maximum):
+        upper = f" and at most {maximum:g}" if maximum is not None else ""
+        raise GenerateError(f"{key}: {value!r}: must be {kind} of at least {minimum:g}{upper}; correct it in the file")
+    return value
+
+
 def seq_caps(values: dict[str, Any]) -> dict[str, int]:
     """Each role's max-num-seqs in `values` (engine.args under the role's args; vLLM's 256 where
     neither sets it): the most that generate writes, lowered where the KV cache holds fewer."""
     caps = {}
     for role in ROLES:
         args = merged(values["engine"].get("args") or {}, values[role].get("args") or {})
-        caps[role] = int(args.get("max-num-seqs") or 256)
+        caps[role] = number(args.get("max-num-seqs") or 256, f"{role}.args.max-num-seqs", minimum=1)
     return caps
 
 
@@ -200,7 +223,7 @@ def derived(
         raise GenerateError(f"accelerator.type {kind!r}: use one of {', '.join(ACCELERATORS)}")
     hbm = hbm_gib or accelerator.hbm_gib
     notes: list[str] = []
-    max_model_len = int(effective["model"]["maxModelLen"])
+    max_model_len = number(effective["model"]["maxModelLen"], "model.maxModelLen", minimum=1)
     expected = context_len or max_model_len
     if expected > max_model_len:
         raise GenerateError(
@@ -260,11 +283,19 @@ def derived(
         result = modelmod.fit(
             model,
             role=role,
-            tensor=int(par["tensor"]),
-            data=int(par["data"]),
+            tensor=number(par["tensor"], f"{role}.parallelism.tensor", minimum=1),
+            data=number(par["data"], f"{role}.parallelism.data", minimum=1),
             hbm_gib=hbm,
-            memory_utilization=float(args.get("gpu-memory-utilization", 0.9)),
-            max_num_batched_tokens=int(args.get("max-num-batched-tokens", 8192)),
+            memory_utilization=number(
+                args.get("gpu-memory-utilization", 0.9),
+                f"{role}.args.gpu-memory-utilization",
+                minimum=0.01,
+                maximum=1,
+                integer=False,
+            ),
+            max_num_batched_tokens=number(
+                args.get("max-num-batched-tokens", 8192), f"{role}.args.max-num-batched-tokens", minimum=1
+            ),
             max_num_seqs=caps[role],
             max_model_len=max_model_len,
             context_len=expected,

@@ -161,35 +161,35 @@ def add_options(generate: argparse.ArgumentParser) -> None:
     )
     generate.add_argument(
         "--device-memory-gib",
-        type=float,
+        type=cli.positive_float,
         metavar="GIB",
         help="device memory for the estimate, overriding the accelerator's (A3 and A2: 64)",
     )
     for role, tp, dp in (("prefill", 2, 4), ("decode", 2, 4)):
         generate.add_argument(
             f"--{role}-tp",
-            type=int,
+            type=cli.positive_int,
             default=tp,
             metavar="N",
             help=f"{role} tensor-parallel size (default: {tp})",
         )
         generate.add_argument(
             f"--{role}-dp",
-            type=int,
+            type=cli.positive_int,
             default=dp,
             metavar="N",
             help=f"{role} data-parallel size across its nodes (default: {dp})",
         )
         generate.add_argument(
             f"--{role}-nodes",
-            type=int,
+            type=cli.positive_int,
             default=1,
             metavar="N",
             help=f"nodes (pods) per {role} instance; more than 1 makes a multi-node role",
         )
         generate.add_argument(
             f"--{role}-replicas",
-            type=int,
+            type=cli.positive_int,
             default=1,
             metavar="N",
             help=f"{role} instances per serving group (default: 1)",
@@ -198,7 +198,7 @@ def add_options(generate: argparse.ArgumentParser) -> None:
     generate.add_argument("--model-path", help="model directory inside the containers (default: /models/<name>)")
     generate.add_argument(
         "--max-model-len",
-        type=int,
+        type=cli.positive_int,
         metavar="N",
         help="context length (default: the chart's 40000, at most max_position_embeddings)",
     )

@@ -215,7 +215,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     update.add_argument(
         "--device-memory-gib",
-        type=float,
+        type=cli.positive_float,
         metavar="GIB",
         help="device memory for the estimate (default: the recorded one, else the --gpu's, else the "
         "accelerator's: 64 on A3 and A2)",
