@@ -378,3 +378,29 @@ def test_job_runs_from_an_image_that_starts_without_an_npu(render: Renderer, acc
         overrides["decode"] = {"args": {"additional-config": None}}
     container = job(render(overrides=overrides))["spec"]["template"]["spec"]["containers"][0]
     assert container["image"] == image
+
+
+def test_the_release_is_given_as_render_and_verify_take_it_and_the_old_word_still_works(
+    capsys: pytest.CaptureFixture[str],
+):
+    """bench took its release as a positional word, render and verify as --release (the chart's
+    NOTES print `verify --release`): --release is the spelling, the word is kept for existing
+    scripts with a deprecation note in --help and on stderr."""
+    from mooncake_pd import cli
+    from mooncake_pd.commands import bench as command
+
+    def parsed(*argv: str):
+        return cli.build_parser(["bench", *argv]).parse_args(["bench", *argv])
+
+    assert command.release_of(parsed("--release", "my-model", "-n", "llm")) == "my-model"
+    assert capsys.readouterr().err == ""
+    assert command.release_of(parsed("my-model", "-n", "llm")) == "my-model"
+    assert "the release as a positional word is deprecated; give --release my-model" in capsys.readouterr().err
+    with pytest.raises(bench.BenchError, match="named twice, --release a and b; give it once, as --release"):
+        command.release_of(parsed("b", "--release", "a"))
+    help_text = " ".join(
+        subprocess.run(
+            [sys.executable, "-m", "mooncake_pd", "bench", "--help"], capture_output=True, text=True, check=True
+        ).stdout.split()
+    )
+    assert "deprecated: the release as a positional word" in help_text and "--release NAME" in help_text

@@ -130,3 +130,14 @@ def test_every_preset_gives_vllm_a_command_line_it_parses(values: Path):
     objects = manifests.parse(helm.template(paths.helm_binary(), (values,)))
     for run in engines.entry_runs(objects):
         assert vllmflags.check_argv(run.run.argv[2:], version=version) == [], (run.role, run.run.argv)
+
+
+# Issue #40 item 9: render took no -n, verify needed --release, bench took the release as a word.
+@pytest.mark.parametrize("command", ["render", "verify", "bench"])
+def test_every_command_that_names_a_release_takes_release_and_namespace_alike(command: str):
+    for namespace in (["-n", "llm"], ["--namespace", "llm"]):
+        argv = [command, "--release", "my-model", *namespace]
+        args = mooncake_cli.build_parser(argv).parse_args(argv)
+        assert (args.release, args.namespace) == ("my-model", "llm")
+    argv = [command, "--release", "my-model"]
+    assert mooncake_cli.build_parser(argv).parse_args(argv).namespace == paths.NAMESPACE

@@ -58,6 +58,25 @@ def positive_float(text: str) -> float:
     return value
 
 
+def add_release_options(
+    parser: argparse.ArgumentParser, *, what: str, required: bool = False, default: str | None = None
+) -> None:
+    """--release NAME and -n/--namespace, spelled the same by every command that names a release
+    (render, verify, bench) and as the chart's NOTES and the docs write them. `what`: what the
+    release is to the command, for its help."""
+    shown = f" (default: {default})" if default else ""
+    parser.add_argument(
+        "--release", required=required, default=default, metavar="NAME", help=f"helm release name: {what}{shown}"
+    )
+    parser.add_argument(
+        "--namespace",
+        "-n",
+        default=paths.NAMESPACE,
+        metavar="NAMESPACE",
+        help=f"namespace of the release (default: {paths.NAMESPACE})",
+    )
+
+
 def command_in(argv: list[str]) -> str | None:
     """The command `argv` runs: its first word that is not an option or a top-level option's value."""
     words = iter(argv)

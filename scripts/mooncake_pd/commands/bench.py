@@ -8,7 +8,7 @@ import json
 import sys
 from pathlib import Path
 
-from mooncake_pd import bench, verify
+from mooncake_pd import bench, cli, verify
 from mooncake_pd.commands import SUMMARIES
 
 HELP = """\
@@ -17,8 +17,8 @@ Read the result of a release's benchmark Job (values: benchmark.enabled=true; it
 throughput, time to first token, time per output token, inter-token and end-to-end latency
 (mean, p50, p90, p99) and the successful and failed requests.
 
-  mooncake-pd bench deepseek-pd -n llm --json 1p1d.json          # wait for the Job, report, save
-  mooncake-pd bench deepseek-pd -n llm --restart --json 2p1d.json # run the same workload again
+  mooncake-pd bench --release deepseek-pd -n llm --json 1p1d.json           # wait for the Job, report, save
+  mooncake-pd bench --release deepseek-pd -n llm --restart --json 2p1d.json # run the same workload again
   mooncake-pd bench --from 2p1d.json --compare 1p1d.json --plot runs.png
 
 Two values files are judged on the same workload (benchmark.workload): save one run per
@@ -53,13 +53,30 @@ def _from_cluster(args: argparse.Namespace) -> dict:
     )
 
 
+def release_of(args: argparse.Namespace) -> str | None:
+    """The release named by --release or by the deprecated positional word (bench took its
+    release positionally while render and verify take --release; scripts may still give it so)."""
+    if args.release_word is None:
+        return args.release
+    if args.release not in (None, args.release_word):
+        raise bench.BenchError(
+            f"release: named twice, --release {args.release} and {args.release_word}; give it once, as --release"
+        )
+    print(
+        f"mooncake-pd bench: the release as a positional word is deprecated; give --release {args.release_word}",
+        file=sys.stderr,
+    )
+    return args.release_word
+
+
 def run(args: argparse.Namespace) -> int:
+    args.release = release_of(args)
     if args.from_file:
         result = bench.load(args.from_file)
     elif args.release:
         result = _from_cluster(args)
     else:
-        raise bench.BenchError("name a release, or --from a saved result")
+        raise bench.BenchError("release: none named; give --release NAME, or --from a saved result")
     runs = [(bench.label_of(o, Path(p).stem), o) for p, o in ((p, bench.load(p)) for p in args.compare)]
     runs.append((bench.label_of(result, "this run"), result))
     if args.json:
@@ -84,8 +101,14 @@ def register(sub: argparse._SubParsersAction) -> None:
         description=HELP,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("release", nargs="?", help="helm release whose benchmark Job to read")
-    parser.add_argument("--namespace", "-n", default="default", help="namespace of the release (default: default)")
+    cli.add_release_options(parser, what="the release whose benchmark Job to read")
+    parser.add_argument(
+        "release_word",
+        nargs="?",
+        metavar="RELEASE",
+        help="deprecated: the release as a positional word, as bench took it before; give --release NAME, "
+        "as render and verify do (still accepted, for existing scripts)",
+    )
     parser.add_argument("--context", help="kubeconfig context")
     parser.add_argument("--restart", action="store_true", help="run the release's benchmark Job again first")
     parser.add_argument("--timeout", type=float, default=7200, help="seconds to wait for the Job (default: 7200)")

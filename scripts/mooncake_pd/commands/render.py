@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from mooncake_pd import engines, helm, manifests, paths, summary, valuekeys, values_file, vllmflags
+from mooncake_pd import cli, engines, helm, manifests, paths, summary, valuekeys, values_file, vllmflags
 from mooncake_pd.commands import SUMMARIES
 
 
@@ -95,6 +95,5 @@ def register(sub: argparse._SubParsersAction) -> None:
         default=Path("out/mooncake-pd.yaml"),
         help="where to write the manifests (default: out/mooncake-pd.yaml)",
     )
-    render.add_argument("--release", default=paths.RELEASE, help=f"release name (default: {paths.RELEASE})")
-    render.add_argument("--namespace", default=paths.NAMESPACE, help="namespace (default: default)")
+    cli.add_release_options(render, default=paths.RELEASE, what="the name the objects are rendered under")
     render.set_defaults(func=run)

@@ -6,7 +6,7 @@ import argparse
 import json
 import sys
 
-from mooncake_pd import verify
+from mooncake_pd import cli, verify
 from mooncake_pd.commands import SUMMARIES
 
 
@@ -64,8 +64,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         epilog="RBAC: get/list pods, get pods/log, get/create pods/portforward, get endpoints, get/list "
         "modelservings in the release's namespace (examples/rbac/mooncake-pd-tool.yaml).",
     )
-    ver.add_argument("--release", required=True, help="helm release name")
-    ver.add_argument("--namespace", "-n", default="default", help="namespace of the release (default: default)")
+    cli.add_release_options(ver, required=True, what="the release to check")
     ver.add_argument("--url", help="router base URL instead of a port-forward to the proxy (e.g. the Kthena router)")
     ver.add_argument("--model", help="model name to request (default: the ModelServing's served-model-name)")
     ver.add_argument("--context", help="kubeconfig context")
