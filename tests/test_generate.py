@@ -15,6 +15,7 @@ from conftest import Renderer, assert_valid
 from mooncake_pd import chartfiles, header, model, paths
 from mooncake_pd import generate as gen
 from mooncake_pd.header import command_lines
+from mooncake_pd.values_file import MODELINE, schema_ref
 
 FIXTURES = Path(__file__).parent / "fixtures"
 MODELS = FIXTURES / "models"
@@ -298,13 +299,11 @@ def test_generate_writes_atomically_and_keeps_a_backup(tmp_path: Path):
     assert proc.returncode == 0, proc.stderr
     assert (tmp_path / "v.yaml.bak").read_text() == "old: file\n"
     text = out.read_text()
-    assert text.startswith("# yaml-language-server: $schema=../chart/values.schema.json\n")
     # The header's command wraps where the paths are long (a deep checkout): read it back as argv
-    # rather than expect one layout. The default expected context length is recorded.
+    # rather than expect one layout. The default expected context length is recorded, and the
+    # command is written as an installed tool runs it.
     assert header.command(text) == [
-        "python",
-        "-m",
-        "mooncake_pd",
+        "mooncake-pd",
         "generate",
         "--model-dir",
         str(MODELS / "Qwen3-8B"),
@@ -325,6 +324,35 @@ def test_header_command_reads_back_under_any_path(depth: int):
     for line in lines:
         assert len(line) <= 96 or line.strip().count(" ") <= 2, line
     assert header.command("\n".join(f"# {line}" for line in lines)) == argv
+
+
+def test_the_schema_line_points_at_the_chart_s_schema_from_where_the_file_is(tmp_path: Path):
+    """`$schema=../chart/values.schema.json` pointed nowhere but from a checkout's values/: the
+    reference is relative to the folder the file is written to (stdout: the current folder)."""
+    schema = (paths.CHART / "values.schema.json").resolve()
+    for out in (tmp_path / "v.yaml", tmp_path / "deeper" / "v.yaml", paths.VALUES_DIR / "never-written.yaml"):
+        ref = schema_ref(paths.CHART, out)
+        assert (out.parent / ref).resolve() == schema, ref
+    assert schema_ref(paths.CHART, paths.VALUES_DIR / "x.yaml") == "../chart/values.schema.json"
+    out = tmp_path / "deeper" / "v.yaml"
+    out.parent.mkdir()
+    proc = cli("generate", "--model-dir", MODELS / "Qwen3-8B", "--output", out)
+    assert proc.returncode == 0, proc.stderr
+    first = out.read_text().splitlines()[0]
+    assert first.startswith(MODELINE)
+    assert (out.parent / first.removeprefix(MODELINE)).resolve() == schema
+    stdout = cli("generate", "--model-dir", MODELS / "Qwen3-8B").stdout
+    assert stdout.startswith(f"{MODELINE}chart/values.schema.json\n"), "relative to the cwd, the checkout"
+
+
+def test_the_installed_chart_s_schema_line_is_its_release_s(monkeypatch: pytest.MonkeyPatch):
+    """The chart installed with the package lives in site-packages, which the next venv moves: its
+    schema line is the file at the chart version's release tag (the tag is the chart's version)."""
+    monkeypatch.setattr(paths, "PACKAGE", paths.REPO)
+    version = yaml.safe_load((paths.CHART / "Chart.yaml").read_text())["version"]
+    assert schema_ref(paths.CHART, None) == (
+        f"https://raw.githubusercontent.com/mooncake-pd/mooncake-pd/v{version}/chart/values.schema.json"
+    )
 
 
 STALE = """\

@@ -12,6 +12,7 @@ import sysconfig
 from pathlib import Path
 
 import pytest
+import yaml
 
 from mooncake_pd import paths
 
@@ -90,7 +91,15 @@ def test_generate_and_render_outside_the_checkout(installed: Path, elsewhere: Pa
     assert helped.returncode == 0 and "--model-dir" in helped.stdout, helped.stderr
     generated = tool(installed, elsewhere, "generate", "--model-dir", MODEL, "--output", "values.yaml")
     assert generated.returncode == 0, generated.stderr
-    assert (elsewhere / "values.yaml").is_file()
+    text = (elsewhere / "values.yaml").read_text()
+    # Issue #40 item 9: the header named `python -m mooncake_pd` and `$schema=../chart/...`, which
+    # point nowhere here; the schema is the chart version's release's.
+    version = yaml.safe_load((paths.CHART / "Chart.yaml").read_text())["version"]
+    assert text.startswith(
+        "# yaml-language-server: $schema=https://raw.githubusercontent.com/mooncake-pd/mooncake-pd/"
+        f"v{version}/chart/values.schema.json\n"
+    )
+    assert "\n#   mooncake-pd generate --model-dir " in text
     rendered = tool(
         installed, elsewhere, "render", "--helm", paths.helm_binary(), "-f", "values.yaml", "--out", "o.yaml"
     )

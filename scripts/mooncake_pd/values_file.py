@@ -21,7 +21,9 @@ from mooncake_pd import paths
 from mooncake_pd.errors import MooncakePdError
 from mooncake_pd.generate import REMOVE
 
-SCHEMA_MODELINE = "# yaml-language-server: $schema=../chart/values.schema.json"
+# The editor's schema line (yaml-language-server) a new values file starts with; schema_ref says
+# what it points at.
+MODELINE = "# yaml-language-server: $schema="
 
 
 class ValuesFileError(MooncakePdError):
@@ -47,10 +49,37 @@ def _commented(value: Any) -> Any:
     return value
 
 
-def dump_new(values: dict[str, Any], header: list[str]) -> str:
-    """A new values file: the schema modeline, `# ` header lines, then the values."""
+def chart_field(chart: Path, field: str) -> str:
+    """A top-level scalar of the chart's Chart.yaml (version, home), as written there."""
+    for line in (chart / "Chart.yaml").read_text().splitlines():
+        if line.startswith(f"{field}:"):
+            return line.split(":", 1)[1].strip().strip("\"'")
+    raise paths.Missing(f"{chart / 'Chart.yaml'}: {field}: missing; the chart must give it")
+
+
+def schema_ref(chart: Path, output: Path | None, cwd: Path | None = None) -> str:
+    """What a new values file's schema line points at, so that an editor finds the chart's
+    values.schema.json wherever the file is written:
+    - the chart of a checkout, or one given with --chart: that folder's schema, relative to the
+      folder the file is written to (the current folder for stdout, where `> file` puts it);
+      presets in values/ get ../chart/values.schema.json;
+    - the copy installed with the package: the schema at the chart version's release tag on the
+      project's home (Chart.yaml `home`; a release tag vX.Y.Z is the chart's version,
+      .github/workflows/release.yaml). A path into site-packages would break with the next venv,
+      and `../chart/` pointed nowhere outside a checkout."""
+    schema = chart.resolve() / "values.schema.json"
+    if not chart.resolve().is_relative_to(paths.PACKAGE):
+        folder = (output.parent if output else cwd or Path.cwd()).resolve()
+        return os.path.relpath(schema, folder)
+    home = chart_field(chart, "home").rstrip("/").removeprefix("https://github.com/")
+    return f"https://raw.githubusercontent.com/{home}/v{chart_field(chart, 'version')}/chart/values.schema.json"
+
+
+def dump_new(values: dict[str, Any], header: list[str], schema: str) -> str:
+    """A new values file: the schema line pointing at `schema` (schema_ref), `# ` header lines,
+    then the values."""
     stream = io.StringIO()
-    stream.write(SCHEMA_MODELINE + "\n")
+    stream.write(MODELINE + schema + "\n")
     for line in header:
         stream.write(f"# {line}".rstrip() + "\n")
     _yaml().dump(_commented(values), stream)

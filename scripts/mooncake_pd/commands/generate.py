@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import NoReturn
 
-from mooncake_pd import cli, header, values_file
+from mooncake_pd import cli, header, paths, values_file
 from mooncake_pd import generate as gen
 from mooncake_pd import model as modelmod
 from mooncake_pd.commands import SUMMARIES
@@ -73,7 +73,7 @@ class _RecordedParser(argparse.ArgumentParser):
 
 
 def recorded_options(argv: list[str]) -> argparse.Namespace:
-    """The options of a recorded generate command (its argv after `python -m mooncake_pd`), as
+    """The options of a recorded generate command (its argv after its program), as
     generate parsed them; GenerateError where they do not parse or the command is another."""
     if cli.command_in(argv) != "generate":
         raise gen.GenerateError(f"{shlex.join(argv)}: not a generate command")
@@ -115,7 +115,8 @@ def run(args: argparse.Namespace) -> int:
         if args.expected_context_len
         else header.with_option(args.argv, "--expected-context-len", result.context_len, takes_value=True)
     )
-    text = values_file.dump_new(result.values, header.lines(title, argv, table, result.notes))
+    schema = values_file.schema_ref(paths.chart_dir(args.chart), args.output)
+    text = values_file.dump_new(result.values, header.lines(title, argv, table, result.notes), schema)
     print(table, *result.notes, sep="\n", file=sys.stderr)
     if args.output:
         values_file.write_atomic(args.output, text, backup=True)

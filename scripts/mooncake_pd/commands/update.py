@@ -102,7 +102,7 @@ def file_differences(recorded: argparse.Namespace, effective: dict[str, Any], va
 def recorded_inputs(
     args: argparse.Namespace, command: list[str], effective: dict[str, Any]
 ) -> tuple[argparse.Namespace, argparse.Namespace, dict[str, Any]]:
-    """From a recorded generate command (argv after `python -m mooncake_pd`): its options, the
+    """From a recorded generate command (argv after its program, header.arguments): its options, the
     inputs of the estimate (update's own options over them) and what changed there, to record."""
     try:
         # generate's own parser reads its command (loaded here, on use, as the CLI loads commands).
@@ -149,7 +149,7 @@ def run(args: argparse.Namespace) -> int:
         inputs = argparse.Namespace(**{name: getattr(args, name) for name in OVERRIDES})
         caps = None
     else:
-        recorded, inputs, changed = recorded_inputs(args, argv[len(header.PROGRAM) :], effective)
+        recorded, inputs, changed = recorded_inputs(args, header.arguments(argv), effective)
         caps = gen.seq_caps(defaults)
         warning = mismatch(recorded.model_dir, model, args.values_file)
         for line in [*([warning] if warning else []), *file_differences(recorded, effective, args.values_file)]:
@@ -166,7 +166,7 @@ def run(args: argparse.Namespace) -> int:
     wanted = values_file.apply(text, keys)
     if argv is not None:
         wanted = header.with_estimate(wanted, gen.fit_table(result.fits), result.notes)
-        command = argv[len(header.PROGRAM) :]
+        command = header.arguments(argv)
         for name, value in changed.items():
             takes_value = name not in ("fixed_head_dim", "force")
             command = header.with_option(command, _option(name), value, takes_value=takes_value)
