@@ -617,6 +617,70 @@ def test_every_note_generate_writes_is_one_update_rewrites():
     ):
         proc = cli("generate", *args)
         assert proc.returncode == 0, proc.stderr
-        notes += proc.stderr.splitlines()[3:]
+        # Hints are printed, not written into the header: nothing for update to find there.
+        notes += [line for line in proc.stderr.splitlines()[3:] if not line.startswith("hint: ")]
     assert len(notes) >= 7
     assert all(gen.is_note(note) for note in notes), notes
+
+
+# Issue #40 item 9: hints generate prints, not written into the file.
+def test_decode_s_room_for_more_sequences_is_hinted_not_recorded(tmp_path: Path):
+    """Llama-3.1-8B on one H100: decode's KV cache holds 116 sequences of 4,096 tokens, its
+    max-num-seqs stays at the chart's 40: generate says so and how to use the room; the file's
+    header (what update rewrites) does not carry the hint."""
+    out = tmp_path / "v.yaml"
+    proc = cli("generate", *LLAMA_ON_ONE_H100, "--output", out)
+    assert proc.returncode == 0, proc.stderr
+    hints = [line for line in proc.stderr.splitlines() if line.startswith("hint: ")]
+    assert hints == [
+        "hint: decode runs at most 40 sequences per DP rank (max-num-seqs) while its KV cache holds 116 of 4,096 "
+        "tokens; to run more at once (more throughput, a longer time per output token), set "
+        "decode.args.max-num-seqs up to 116 in a second values file given after this one (update rewrites this "
+        "file's)"
+    ]
+    assert "hint" not in out.read_text()
+    # Sized for 40,000-token sequences, decode's max-num-seqs is what fits: no room left to hint at.
+    proc = cli("generate", *LLAMA_ON_ONE_H100, "--expected-context-len", "40000")
+    assert proc.returncode == 0 and "hint: " not in proc.stderr, proc.stderr
+
+
+# Shaped like Qwen3-30B-A3B's config.json (huggingface.co/Qwen/Qwen3-30B-A3B): 48 layers, 128
+# routed experts of 768, 8 per token.
+QWEN3_MOE = {
+    "architectures": ["Qwen3MoeForCausalLM"],
+    "hidden_size": 2048,
+    "num_attention_heads": 32,
+    "num_key_value_heads": 4,
+    "head_dim": 128,
+    "num_hidden_layers": 48,
+    "intermediate_size": 6144,
+    "moe_intermediate_size": 768,
+    "num_experts": 128,
+    "num_experts_per_tok": 8,
+    "vocab_size": 151936,
+    "max_position_embeddings": 40960,
+    "tie_word_embeddings": False,
+    "torch_dtype": "bfloat16",
+}
+
+
+def test_a_moe_model_gets_a_hint_about_expert_parallelism(tmp_path: Path):
+    folder = tmp_path / "Qwen3-30B-A3B"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps(QWEN3_MOE))
+    proc = cli("generate", "--model-dir", folder, "--decode-tp", "2", "--decode-dp", "1")
+    assert proc.returncode == 0, proc.stderr
+    (hint,) = [line for line in proc.stderr.splitlines() if "expert" in line and line.startswith("hint: ")]
+    assert hint.startswith(
+        "hint: Qwen3-30B-A3B is a mixture-of-experts model (128 routed experts): "
+        "--enable-expert-parallel places whole experts on the TP x DP devices"
+    )
+    moe = model.load(folder)
+    for role, tensor, data in (("prefill", 2, 4), ("decode", 2, 1)):
+        before, after = (model.device_weight_bytes(moe, tensor, data, expert_parallel=ep) / model.GIB for ep in (0, 1))
+        assert f"{role} TP {tensor} x DP {data}: {before:.1f} -> {after:.1f} GiB" in hint
+    assert after == before, "with DP 1 the experts are split over the same devices either way"
+    proc = cli("generate", "--model-dir", folder, "--enable-expert-parallel")
+    assert proc.returncode == 0 and "mixture-of-experts" not in proc.stderr, proc.stderr
+    dense = cli("generate", "--model-dir", MODELS / "Qwen3-8B")
+    assert "mixture-of-experts" not in dense.stderr

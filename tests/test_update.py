@@ -172,6 +172,15 @@ def test_an_option_given_to_update_is_recorded_and_kept(tmp_path: Path, capsys):
     assert code == 0 and "--fixed-head-dim" not in header.command(path.read_text())
 
 
+def test_decode_s_room_is_hinted_after_an_update(tmp_path: Path, capsys):
+    path = tmp_path / "values.yaml"
+    path.write_text("decode:\n  args:\n    max-num-seqs: 4\n")
+    code, _, err = run(capsys, "update", path, "--model-dir", QWEN3, "--expected-context-len", "4096")
+    assert code == 0, err
+    assert "hint: decode runs at most 4 sequences per DP rank (max-num-seqs) while its KV cache holds 179 of" in err
+    assert "hint" not in path.read_text()
+
+
 def test_another_model_s_config_gives_a_warning_naming_both(tmp_path: Path, capsys):
     path = tmp_path / "values.yaml"
     text = generate(capsys, path, "--model-dir", QWEN3)

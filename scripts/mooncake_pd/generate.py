@@ -91,6 +91,9 @@ class Result:
     notes: list[str] = field(default_factory=list)
     # The expected tokens of a sequence that max-num-seqs is sized by.
     context_len: int = 0
+    # Printed, not written into the header: choices the estimate suggests (room_hint,
+    # expert_parallel_hint).
+    hints: list[str] = field(default_factory=list)
 
 
 def chart_defaults(chart: Path | None = None) -> dict[str, Any]:
@@ -276,6 +279,7 @@ def derived(
                 keys[f"{role}.args.additional-config.finegrained_tp_config"] = None
     caps = caps or seq_caps(effective)
     fits = []
+    hints = []
     for role in ROLES:
         v = effective[role]
         args = merged(effective["engine"].get("args") or {}, v.get("args") or {})
@@ -325,7 +329,46 @@ def derived(
             result = dataclasses.replace(result, max_num_seqs=seqs)
         keys[f"{role}.args.max-num-seqs"] = seqs
         fits.append(result)
-    return keys, Result(values={}, fits=fits, notes=notes, context_len=expected)
+        if role == "decode" and result.seqs_that_fit > seqs:
+            hints.append(room_hint(seqs, result.seqs_that_fit, expected))
+    return keys, Result(values={}, fits=fits, notes=notes, context_len=expected, hints=hints)
+
+
+def room_hint(seqs: int, room: int, context_len: int) -> str:
+    """What to do where decode's max-num-seqs stays below what its KV cache holds. Only decode's:
+    decode keeps a sequence for its whole answer, so the KV cache bounds how many it runs at
+    once; prefill keeps one only while it computes the prompt and hands the cache over, and its
+    max-num-seqs batches prompts. generate writes at most the chart's cap (and update rewrites a
+    generated file's back to it), so the way to use the room is a values file layered after."""
+    return (
+        f"hint: decode runs at most {seqs} sequences per DP rank (max-num-seqs) while its KV cache holds {room} of "
+        f"{context_len:,} tokens; to run more at once (more throughput, a longer time per output token), set "
+        f"decode.args.max-num-seqs up to {room} in a second values file given after this one (update rewrites "
+        "this file's)"
+    )
+
+
+def expert_parallel_hint(model: modelmod.Model, roles: dict[str, RoleTopology]) -> str:
+    """For a mixture-of-experts model without --enable-expert-parallel: what expert parallelism
+    would change in the estimate (weights per device, per role)."""
+    experts = next(
+        int(model.raw.get(k) or 0)
+        for k in ("n_routed_experts", "num_experts", "num_local_experts")
+        if int(model.raw.get(k) or 0) > 0
+    )
+    changes = []
+    for role, t in roles.items():
+        before, after = (
+            modelmod.device_weight_bytes(model, t.tensor, t.data, expert_parallel=ep) / modelmod.GIB
+            for ep in (False, True)
+        )
+        changes.append(f"{role} TP {t.tensor} x DP {t.data}: {before:.1f} -> {after:.1f} GiB")
+    return (
+        f"hint: {model.path.parent.name} is a mixture-of-experts model ({experts} routed experts): "
+        "--enable-expert-parallel places whole experts on the TP x DP devices of a role instead of splitting "
+        f"each over TP, which leaves more room for the KV cache where DP > 1 (weights per device: "
+        f"{'; '.join(changes)}); vLLM's guide: docs.vllm.ai, serving/expert_parallel_deployment"
+    )
 
 
 def set_dotted(values: dict[str, Any], key: str, value: Any) -> None:
@@ -410,6 +453,8 @@ def generate(
     for key, value in keys.items():
         set_dotted(values, key, value)
     result.values = values
+    if model.is_moe and not expert_parallel:
+        result.hints.insert(0, expert_parallel_hint(model, roles))
     return result
 
 

@@ -231,6 +231,15 @@ class RoleFit:
         return self.kv_tokens_per_rank // self.context_len if self.context_len else 0
 
 
+def device_weight_bytes(model: Model, tensor: int, data: int, *, expert_parallel: bool) -> float:
+    """Bytes of weights on one device: everything but the routed experts split over TP; the
+    routed experts over TP, or with expert parallelism over TP x DP (vLLM's EP size: docs.vllm.ai,
+    serving/expert_parallel_deployment, "EP_SIZE = TP_SIZE x DP_SIZE")."""
+    rest, experts = parameters(model)
+    expert_shards = tensor * data if expert_parallel else tensor
+    return (rest / tensor + experts / expert_shards) * model.weight_bytes
+
+
 def fit(
     model: Model,
     *,
@@ -247,9 +256,7 @@ def fit(
 ) -> RoleFit:
     """What fits on one device of a role; context_len (the expected tokens of a sequence)
     defaults to max_model_len, sizing for sequences that all reach it."""
-    rest, experts = parameters(model)
-    expert_shards = tensor * data if expert_parallel else tensor
-    weights = (rest / tensor + experts / expert_shards) * model.weight_bytes
+    weights = device_weight_bytes(model, tensor, data, expert_parallel=expert_parallel)
     activations = 2 * GIB + max_num_batched_tokens * model.hidden_size * 12
     usable = hbm_gib * GIB * memory_utilization
     kv = max(0.0, usable - weights - activations)

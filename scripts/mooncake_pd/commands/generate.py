@@ -117,7 +117,9 @@ def run(args: argparse.Namespace) -> int:
     )
     schema = values_file.schema_ref(paths.chart_dir(args.chart), args.output)
     text = values_file.dump_new(result.values, header.lines(title, argv, table, result.notes), schema)
-    print(table, *result.notes, sep="\n", file=sys.stderr)
+    # Hints suggest a choice (expert parallelism, a higher max-num-seqs) to the person at the
+    # terminal; the header records the estimate and its notes, which update rewrites.
+    print(table, *result.notes, *result.hints, sep="\n", file=sys.stderr)
     if args.output:
         values_file.write_atomic(args.output, text, backup=True)
         print(f"wrote {args.output}", file=sys.stderr)

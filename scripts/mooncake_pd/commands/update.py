@@ -188,7 +188,7 @@ def run(args: argparse.Namespace) -> int:
     saved = values_file.write_atomic(args.values_file, wanted, backup=True)
     sys.stdout.writelines(diff)
     print(f"updated {args.values_file} (previous version: {saved})", file=sys.stderr)
-    for note in result.notes:
+    for note in [*result.notes, *result.hints]:
         print(note, file=sys.stderr)
     return 0
 
