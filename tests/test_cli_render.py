@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -55,6 +56,7 @@ def test_every_preset_renders_and_summarises(tmp_path: Path, values: Path):
         assert f"{role['name']:<8} replicas {replicas} (+{role['workerReplicas']} workers)" in proc.stdout
     side_channel = "kv_port" if "MooncakeConnectorV1" in proc.stdout else "VLLM_NIXL_SIDE_CHANNEL_PORT"
     assert proc.stdout.count(f", {side_channel} ") == 2, proc.stdout
+    assert not re.search(r"engine_id \S*_start[0-9]", proc.stdout), "the render's own time, not a pod's"
 
 
 def test_render_refuses_bad_values_and_writes_nothing(tmp_path: Path):
@@ -141,3 +143,19 @@ def test_every_command_that_names_a_release_takes_release_and_namespace_alike(co
         assert (args.release, args.namespace) == ("my-model", "llm")
     argv = [command, "--release", "my-model"]
     assert mooncake_cli.build_parser(argv).parse_args(argv).namespace == paths.NAMESPACE
+
+
+def test_the_nvidia_summary_names_the_engine_it_renders_and_no_start_time():
+    """The NVIDIA engines run upstream vLLM, not "vLLM-Ascend v0.13.0 ... (the guide's)"; NIXL's
+    engine_id gets the time of each start from the start script, which the summary's stand-in run
+    would show as the render's own time."""
+    values = paths.VALUES_DIR / "deepseek-r1-distill-qwen-7b-nvidia-h100-1p1d.yaml"
+    proc = cli("render", "-f", str(values), "-n", "llm", "--out", os.devnull)
+    assert proc.returncode == 0, proc.stderr
+    assert "Engine version v0.13.0 (upstream vLLM 0.13.0): docker.io/vllm/vllm-openai:v0.13.0\n" in proc.stdout
+    assert "vLLM-Ascend" not in proc.stdout
+    assert "engine_id deepseek-pd-0_prefill-0_start<ns at each start>\n" in proc.stdout
+    assert "Proxy: http://deepseek-pd-proxy.llm.svc:8080/v1/chat/completions" in proc.stdout
+    ascend = cli("render", "--out", os.devnull)
+    assert "Engine version v0.13.0 (vLLM-Ascend v0.13.0 on vLLM 0.13.0, the guide's)" in ascend.stdout
+    assert "engine_id deepseek-pd-0_prefill-0\n" in ascend.stdout

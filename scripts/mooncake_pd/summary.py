@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 from mooncake_pd import profiles
 from mooncake_pd.engines import EngineRun
 from mooncake_pd.manifests import Manifest, find, one
@@ -20,6 +22,39 @@ def _side_channel(run: EngineRun) -> str:
     return "side channel port not set"
 
 
+def _profile(container: dict) -> profiles.Profile | None:
+    """The accelerator profile an engine container was rendered for, found by the device resource
+    it requests (chart/files/profiles.yaml resourceName; none for the cpu profile)."""
+    limits = (container.get("resources") or {}).get("limits") or {}
+    devices = {k for k in limits if "/" in k}
+    return next((p for p in profiles.all_profiles().values() if {p.resource_name} - {""} == devices), None)
+
+
+def engine_name(version: str, profile: profiles.Profile | None) -> str:
+    """The engine a render runs, as its version's row says it, for the accelerator's family:
+    vLLM-Ascend on a family that reads its settings (families.<f>.additionalConfig, "vLLM-Ascend's
+    settings"), upstream vLLM elsewhere; the version's description names vLLM-Ascend (v0.13.0:
+    "vLLM-Ascend v0.13.0 on vLLM 0.13.0, the guide's"), which an NVIDIA render does not run."""
+    engine = profiles.load()["engines"][version]
+    if profile is not None and profile.family["additionalConfig"] and engine["vllmAscend"]:
+        return str(engine["description"])
+    return f"upstream vLLM {engine['vllm']}"
+
+
+def _engine_id(kv: dict, version: str | None) -> str:
+    """The connector config's engine_id as the summary shows it. Where the connector's engine_id
+    changes with every start (profiles.yaml engineIdPerStart: NIXL), the start script appends
+    `_start$(date +%s%N)` (chart/templates/_script.tpl, mooncake-pd.script.engineIdExport): the
+    time the render's stand-in run started the script, not one a pod will have, so it is shown
+    as a placeholder."""
+    engine_id = str(kv["engine_id"])
+    rows = [profiles.load()["engines"][version]] if version else profiles.load()["engines"].values()
+    per_start = any((row["connectors"].get(kv["kv_connector"]) or {}).get("engineIdPerStart") for row in rows)
+    if per_start:
+        return re.sub(r"_start[0-9]+$", "_start<ns at each start>", engine_id)
+    return engine_id
+
+
 def _accelerator(resources: dict) -> str:
     limits = resources.get("limits", {})
     devices = [f"{v} x {k}" for k, v in limits.items() if "/" in k]
@@ -35,8 +70,8 @@ def summarize(objects: list[Manifest], runs: list[EngineRun]) -> str:
     ]
     version = (modelserving["metadata"].get("annotations") or {}).get("mooncake-pd/engine-version")
     if version:
-        image = spec["template"]["roles"][0]["entryTemplate"]["spec"]["containers"][0]["image"]
-        lines.append(f"Engine version {version} ({profiles.load()['engines'][version]['description']}): {image}")
+        container = spec["template"]["roles"][0]["entryTemplate"]["spec"]["containers"][0]
+        lines.append(f"Engine version {version} ({engine_name(version, _profile(container))}): {container['image']}")
     by_role = {r.role: r for r in runs}
     for role in spec["template"]["roles"]:
         container = role["entryTemplate"]["spec"]["containers"][0]
@@ -66,7 +101,7 @@ def summarize(objects: list[Manifest], runs: list[EngineRun]) -> str:
     )
     for run in runs:
         kv = run.serve["flags"]["kv-transfer-config"]
-        lines.append(f"  {run.role}: {kv['kv_role']}, {_side_channel(run)}, engine_id {kv['engine_id']}")
+        lines.append(f"  {run.role}: {kv['kv_role']}, {_side_channel(run)}, engine_id {_engine_id(kv, version)}")
     proxies = [s for s in find(objects, "Service") if s["metadata"]["name"].endswith("-proxy")]
     for svc in proxies:
         port = svc["spec"]["ports"][0]["port"]
