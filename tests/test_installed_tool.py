@@ -37,12 +37,14 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
     # Without its own pip (ensurepip takes seconds): the project venv's pip installs into it.
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, capture_output=True)
     into = ["--python", str(venv / "bin" / "python")]
+    # Verbose, so that the build backend's warnings are kept (test_the_build_warns_of_nothing).
     pip = subprocess.run(
-        [sys.executable, "-m", "pip", *into, "install", "--quiet", "--no-deps", str(src)],
+        [sys.executable, "-m", "pip", *into, "install", "--verbose", "--no-deps", str(src)],
         capture_output=True,
         text=True,
     )
     assert pip.returncode == 0, pip.stderr
+    (root / "pip.log").write_text(pip.stdout + pip.stderr)
     return venv / "bin"
 
 
@@ -119,6 +121,14 @@ def test_a_folder_without_a_chart_is_refused_in_one_line(installed: Path, elsewh
     for args in (["render", "--helm", paths.helm_binary()], ["generate", "--model-dir", MODEL]):
         line = refusal(tool(installed, elsewhere, *args, "--chart", elsewhere))
         assert f"no chart at {elsewhere}" in line and "pass --chart" in line
+
+
+def test_the_build_warns_of_nothing(installed: Path):
+    """Issue #40 item 9: `make render` printed about 400 lines of setuptools warnings, one
+    "Package would be ignored" banner per chart folder (pyproject.toml include-package-data)."""
+    log = (installed.parent.parent / "pip.log").read_text()
+    assert "Successfully installed mooncake-pd-tools" in log, "the verbose log of the install"
+    assert "Package would be ignored" not in log and "is absent from the `packages` configuration" not in log
 
 
 def test_every_module_of_the_checkout_is_installed(installed: Path):
