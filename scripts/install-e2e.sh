@@ -7,14 +7,21 @@
 # Pinned: requirements-e2e[-v<version>].txt and requirements-e2e[-v<version>]-nodeps.txt (one
 # pair per venv), requirements-ascend-overlay.txt and requirements-ascend-overlay-v<version>.txt
 # (one overlay per later engine version).
+# `install-e2e.sh gate` installs what the gate (`make test`) runs: .tools/e2e, the v0.13.0
+# overlay and the slim Python; `install-e2e.sh later` the later versions' venvs and overlays,
+# which only `make test-all` runs; no argument, both.
 # A missing prerequisite ends it with one line naming what is missing; nothing is skipped.
 set -euo pipefail
+part="${1:-all}"
+case "${part}" in
+  gate | later | all) ;;
+  *) echo "install-e2e: unknown part '${part}': gate, later or all" >&2; exit 2 ;;
+esac
 cd "$(dirname "$0")/.."
 python="${E2E_PYTHON:-/usr/bin/python3.11}"
 venv=.tools/e2e
 overlay=.tools/ascend-overlay
 slim=.tools/python-slim
-log=.tools/e2e-install.log
 die() { echo "install-e2e: $*" >&2; exit 1; }
 
 [ -x "${python}" ] || die "${python} is missing: the e2e venv needs a Python 3.11 that non-root users can run (Debian: apt-get install python3.11-venv), or E2E_PYTHON=<path>"
@@ -25,6 +32,7 @@ command -v cc >/dev/null || die "no C compiler (cc): the NIXL libcuda stand-in i
 command -v nm >/dev/null || die "no nm: the NIXL libcuda stand-in reads the plugin's symbols (apt-get install binutils)"
 
 mkdir -p .tools
+log=".tools/e2e-install-${part}.log"
 : >"${log}"
 # CI sees only what this script prints, not the log: a failure shows the log's end.
 die_with_log() {
@@ -90,34 +98,48 @@ engine_venv() {
   touch "${target}/.installed"
 }
 
-engine_venv .tools/e2e requirements-e2e.txt requirements-e2e-nodeps.txt "vLLM 0.13.0 (CPU build), torch 2.9.1 and NIXL"
-for pins in requirements-e2e-v*-nodeps.txt; do
+install_gate() {
+  engine_venv .tools/e2e requirements-e2e.txt requirements-e2e-nodeps.txt "vLLM 0.13.0 (CPU build), torch 2.9.1 and NIXL"
+  venv=.tools/e2e
+  if [ ! -f "${overlay}/.installed" ]; then
+    rm -rf "${overlay}"
+    pip_install --no-deps --target "${overlay}" -r requirements-ascend-overlay.txt
+    touch "${overlay}/.installed"
+  fi
+  if [ ! -f "${slim}/.installed" ]; then
+    rm -rf "${slim}"
+    # No pip, no site packages: only what the image's interpreter brings.
+    "${python}" -m venv --without-pip "${slim}" || die "${python} -m venv ${slim} failed"
+    touch "${slim}/.installed"
+  fi
+  echo "install-e2e: ${venv}, ${overlay} and ${slim} ready"
+}
+
+install_later() {
+  [ -f .tools/e2e/.installed ] || die ".tools/e2e is missing: the later overlays install with its pip (install-e2e.sh gate first)"
+  for pins in requirements-e2e-v*-nodeps.txt; do
   version=${pins#requirements-e2e-}
   version=${version%-nodeps.txt}
-  engine_venv ".tools/e2e-${version}" "requirements-e2e-${version}.txt" "${pins}" "vLLM ${version#v} (CPU build) and NIXL"
-done
-venv=.tools/e2e
-if [ ! -f "${overlay}/.installed" ]; then
-  rm -rf "${overlay}"
-  pip_install --no-deps --target "${overlay}" -r requirements-ascend-overlay.txt
-  touch "${overlay}/.installed"
-fi
-# The later engine versions' vLLM-Ascend images (vLLM, vllm-ascend and torch_npu of that release,
-# about 1.4 and 0.8 GB): the conformance tests run that version's containers in them.
-for pins in requirements-ascend-overlay-v*.txt; do
-  version=${pins#requirements-ascend-overlay-}
-  version=${version%.txt}
-  target="${overlay}-${version}"
-  if [ ! -f "${target}/.installed" ]; then
-    rm -rf "${target}"
-    pip_install --no-deps --target "${target}" -r "${pins}"
-    touch "${target}/.installed"
-  fi
-done
-if [ ! -f "${slim}/.installed" ]; then
-  rm -rf "${slim}"
-  # No pip, no site packages: only what the image's interpreter brings.
-  "${python}" -m venv --without-pip "${slim}" || die "${python} -m venv ${slim} failed"
-  touch "${slim}/.installed"
-fi
-echo "install-e2e: ${venv}[-v<version>], ${overlay}[-v<version>] and ${slim} ready"
+    engine_venv ".tools/e2e-${version}" "requirements-e2e-${version}.txt" "${pins}" "vLLM ${version#v} (CPU build) and NIXL"
+  done
+  venv=.tools/e2e
+  # The later engine versions' vLLM-Ascend images (vLLM, vllm-ascend and torch_npu of that
+  # release, about 1.4 and 0.8 GB): the conformance tests run that version's containers in them.
+  for pins in requirements-ascend-overlay-v*.txt; do
+    version=${pins#requirements-ascend-overlay-}
+    version=${version%.txt}
+    target="${overlay}-${version}"
+    if [ ! -f "${target}/.installed" ]; then
+      rm -rf "${target}"
+      pip_install --no-deps --target "${target}" -r "${pins}"
+      touch "${target}/.installed"
+    fi
+  done
+  echo "install-e2e: .tools/e2e-v<version> and ${overlay}-v<version> ready"
+}
+
+case "${part}" in
+  gate) install_gate ;;
+  later) install_later ;;
+  all) install_gate && install_later ;;
+esac

@@ -97,19 +97,37 @@ SCENARIOS = {
 }
 
 
+# The later engine versions' images (vLLM-Ascend v0.18.0, v0.23.0) run in `make test-all` only
+# (marker `full`): each needs that release's overlay (vllm, vllm-ascend, torch_npu: 2.2 GB for
+# the two) and checks what the gate's render tests already hold against that version's data
+# (chart/files/engines/<version>/, tests/test_engine_versions.py); the gate runs v0.13.0's.
+LATER_VERSION_SCENARIOS = {f"ascend-{v}" for v in LATER_ASCEND}
+
+
+def later(value: Any, version: str) -> Any:
+    """`value` as a pytest parameter, marked `full` where it belongs to a later engine version."""
+    if version not in LATER_ASCEND:
+        return value
+    return pytest.param(*(value if isinstance(value, tuple) else (value,)), marks=pytest.mark.full)
+
+
 def _render(render: Renderer, scenario: str) -> Rendered:
     if SCENARIOS[scenario] is None:
         return render((paths.CHART / "ci" / f"{scenario}-values.yaml",))
     return render(overrides=SCENARIOS[scenario])
 
 
+def require_image(image: str) -> None:
+    missing = image_python(image).missing()
+    if missing:
+        pytest.fail(f"{image}: its Python is not installed here ({missing[0]}): run `make e2e-venv`")
+
+
 @pytest.fixture(scope="session")
 def image_pythons() -> None:
-    later = [f"quay.io/ascend/vllm-ascend:{v}-a3" for v in LATER_ASCEND]
-    for image in ("quay.io/ascend/vllm-ascend:v0.13.0", "docker.io/vllm/vllm-openai:v0.13.0", *later):
-        missing = image_python(image).missing()
-        if missing:
-            pytest.fail(f"{image}: its Python is not installed here ({missing[0]}): run `make e2e-venv`")
+    """The gate's images; a later engine version's test asks for its own (require_image)."""
+    for image in ("quay.io/ascend/vllm-ascend:v0.13.0", "docker.io/vllm/vllm-openai:v0.13.0"):
+        require_image(image)
 
 
 @pytest.fixture(scope="session")
@@ -315,8 +333,10 @@ def _run_client(processes: Processes, client: Container) -> str:
     return ""
 
 
-@pytest.mark.parametrize("scenario", SCENARIOS)
+@pytest.mark.parametrize("scenario", [later(s, s.removeprefix("ascend-")) for s in SCENARIOS], ids=list(SCENARIOS))
 def test_every_cpu_container_runs_its_real_command(render: Renderer, servers: Servers, scenario: str):
+    if scenario in LATER_VERSION_SCENARIOS:
+        require_image(f"quay.io/ascend/vllm-ascend:{scenario.removeprefix('ascend-')}-a3")
     rendered = _render(render, scenario)
     outcomes = run_scenario(rendered, servers, servers.standins / "pods")
     names = {where.rsplit(" ", 1)[1] for where in outcomes}
@@ -339,13 +359,18 @@ def test_the_vllm_ascend_image_python_reproduces_the_npu_less_pod(image_pythons)
     assert _python(ascend, ["-c", "import torch"], {"TORCH_DEVICE_BACKEND_AUTOLOAD": "0"}).returncode == 0
 
 
-@pytest.mark.parametrize(("version", "needs_autoload_off"), [("v0.13.0", True), ("v0.18.0", True), ("v0.23.0", False)])
+@pytest.mark.parametrize(
+    ("version", "needs_autoload_off"),
+    [later(("v0.13.0", True), "v0.13.0"), later(("v0.18.0", True), "v0.18.0"), later(("v0.23.0", False), "v0.23.0")],
+    ids=["v0.13.0", "v0.18.0", "v0.23.0"],
+)
 def test_which_proxy_needs_torch_autoload_off(image_pythons, version: str, needs_autoload_off: bool):
     """Each version's proxy in its image's Python, without the chart's env: v0.13.0 imports vLLM
     (so torch, so torch_npu without a driver); v0.18.0 wraps that import in `except ImportError`,
     which torch_npu's RuntimeError escapes; v0.23.0 imports neither. The chart sets
     TORCH_DEVICE_BACKEND_AUTOLOAD=0 for all three (mooncake-pd.env.cpuPython): the other CPU
     containers in the image (download, benchmark) still import torch."""
+    require_image(f"quay.io/ascend/vllm-ascend:{version}-a3")
     image = image_python(f"quay.io/ascend/vllm-ascend:{version}-a3")
     script = next(iter(image_files(f"quay.io/ascend/vllm-ascend:{version}-a3").values()))
     proc = _python(image, [str(script), "--help"], {})
@@ -368,13 +393,14 @@ def _kv_checks(version: str, rows: list[dict[str, Any]]) -> dict[str, str]:
     return {r["role"]: r["problem"] for r in map(json.loads, lines)}
 
 
-@pytest.mark.parametrize("version", ["v0.13.0", *LATER_ASCEND])
+@pytest.mark.parametrize("version", [later(v, v) for v in ("v0.13.0", *LATER_ASCEND)], ids=["v0.13.0", *LATER_ASCEND])
 def test_each_versions_own_code_accepts_the_rendered_kv_transfer_config(render: Renderer, image_pythons, version):
     """The rendered --kv-transfer-config of both roles through that version's vLLM
     (KVTransferConfig, which refuses unknown keys from 0.18; its connector registry after
     vLLM-Ascend's own register_connector; the module path, where written) and vLLM-Ascend's
     check_kv_extra_config against the role's TP and DP, as they run at start. The controls show
     the same checks refusing what the chart refuses at render for that version."""
+    require_image(f"quay.io/ascend/vllm-ascend:{version}-a3")
     values = {"engine": {"version": version}, "decode": {"args": {"additional-config": None}}}
     rendered = render(overrides=values)
     rows = []

@@ -41,7 +41,10 @@ from support.pdcheck import (
 )
 from support.proxyargs import parse_proxy_args
 
-pytestmark = [pytest.mark.e2e, pytest.mark.e2e_2p1d]
+# In `make test-all` only: the proxy's choice between two prefills and the per-replica Services
+# it is given; the render tests check those Services and the proxy's flags in the gate, and the
+# run costs 1.6-1.9 min and three engines (9.3 GiB).
+pytestmark = [pytest.mark.e2e, pytest.mark.e2e_2p1d, pytest.mark.full]
 
 OUT = paths.REPO / "out" / "e2e-2p1d"
 # (role, replica) -> the pod's address: every pod binds the same ports, as on separate nodes.

@@ -19,6 +19,43 @@ ARGO = sorted((paths.REPO / "examples" / "argocd").glob("application*.yaml"))
 
 # Inputs of the actions the workflow uses, from each action's action.yml.
 ACTION_INPUTS = {
+    "actions/setup-go": {
+        "go-version",
+        "go-version-file",
+        "check-latest",
+        "token",
+        "cache",
+        "cache-dependency-path",
+        "architecture",
+    },
+    "actions/cache": {
+        "path",
+        "key",
+        "restore-keys",
+        "upload-chunk-size",
+        "enableCrossOsArchive",
+        "fail-on-cache-miss",
+        "lookup-only",
+        "save-always",
+    },
+    "actions/cache/restore": {
+        "path",
+        "key",
+        "restore-keys",
+        "enableCrossOsArchive",
+        "fail-on-cache-miss",
+        "lookup-only",
+    },
+    "actions/cache/save": {"path", "key", "upload-chunk-size", "enableCrossOsArchive"},
+    "actions/upload-artifact": {
+        "name",
+        "path",
+        "if-no-files-found",
+        "retention-days",
+        "compression-level",
+        "overwrite",
+        "include-hidden-files",
+    },
     "actions/checkout": {"repository", "ref", "token", "path", "fetch-depth", "submodules", "persist-credentials"},
     "actions/setup-python": {"python-version", "python-version-file", "cache", "architecture", "check-latest"},
     "azure/setup-helm": {"version", "version-file", "token", "downloadBaseURL"},

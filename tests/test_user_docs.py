@@ -27,6 +27,34 @@ RUNBOOK = "Runbook: a deployment that does not come up"
 
 # Inputs of the actions release.yaml uses, from each action's action.yml at the pinned major.
 ACTION_INPUTS = {
+    "actions/setup-go": {
+        "go-version",
+        "go-version-file",
+        "check-latest",
+        "token",
+        "cache",
+        "cache-dependency-path",
+        "architecture",
+    },
+    "actions/cache": {
+        "path",
+        "key",
+        "restore-keys",
+        "upload-chunk-size",
+        "enableCrossOsArchive",
+        "fail-on-cache-miss",
+        "lookup-only",
+        "save-always",
+    },
+    "actions/cache/restore": {
+        "path",
+        "key",
+        "restore-keys",
+        "enableCrossOsArchive",
+        "fail-on-cache-miss",
+        "lookup-only",
+    },
+    "actions/cache/save": {"path", "key", "upload-chunk-size", "enableCrossOsArchive"},
     "actions/checkout": {"repository", "ref", "token", "path", "fetch-depth", "submodules", "persist-credentials"},
     "actions/setup-python": {"python-version", "python-version-file", "cache", "architecture", "check-latest"},
     "azure/setup-helm": {"version", "version-file", "token", "downloadBaseURL"},
