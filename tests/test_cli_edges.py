@@ -55,6 +55,22 @@ def test_a_new_file_gets_the_umask_mode_and_an_old_one_keeps_its_own(tmp_path: P
         os.umask(old_mask)
 
 
+def test_a_device_or_pipe_is_written_in_place_not_replaced(tmp_path: Path):
+    """`render --out /dev/null`: a rename would put a regular file where the device was (as
+    root it replaced the machine's /dev/null, and every non-root open of it failed after)."""
+    import threading
+
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    got: list[str] = []
+    reader = threading.Thread(target=lambda: got.append(fifo.read_text()), daemon=True)
+    reader.start()
+    values_file.write_atomic(fifo, "a: 1\n", backup=False)
+    reader.join(timeout=10)
+    assert got == ["a: 1\n"] and stat.S_ISFIFO(fifo.stat().st_mode)
+    assert [p.name for p in tmp_path.iterdir()] == ["pipe"]  # no temporary file left
+
+
 def test_outside_a_checkout_the_default_helm_is_the_one_on_path(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
     monkeypatch.delenv("HELM", raising=False)
     monkeypatch.setattr(paths, "IN_CHECKOUT", False)

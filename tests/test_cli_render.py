@@ -145,17 +145,17 @@ def test_every_command_that_names_a_release_takes_release_and_namespace_alike(co
     assert mooncake_cli.build_parser(argv).parse_args(argv).namespace == paths.NAMESPACE
 
 
-def test_the_nvidia_summary_names_the_engine_it_renders_and_no_start_time():
+def test_the_nvidia_summary_names_the_engine_it_renders_and_no_start_time(tmp_path: Path):
     """The NVIDIA engines run upstream vLLM, not "vLLM-Ascend v0.13.0 ... (the guide's)"; NIXL's
     engine_id gets the time of each start from the start script, which the summary's stand-in run
     would show as the render's own time."""
     values = paths.VALUES_DIR / "deepseek-r1-distill-qwen-7b-nvidia-h100-1p1d.yaml"
-    proc = cli("render", "-f", str(values), "-n", "llm", "--out", os.devnull)
+    proc = cli("render", "-f", str(values), "-n", "llm", "--out", str(tmp_path / "nvidia.yaml"))
     assert proc.returncode == 0, proc.stderr
     assert "Engine version v0.13.0 (upstream vLLM 0.13.0): docker.io/vllm/vllm-openai:v0.13.0\n" in proc.stdout
     assert "vLLM-Ascend" not in proc.stdout
     assert "engine_id deepseek-pd-0_prefill-0_start<ns at each start>\n" in proc.stdout
     assert "Proxy: http://deepseek-pd-proxy.llm.svc:8080/v1/chat/completions" in proc.stdout
-    ascend = cli("render", "--out", os.devnull)
+    ascend = cli("render", "--out", str(tmp_path / "defaults.yaml"))
     assert "Engine version v0.13.0 (vLLM-Ascend v0.13.0 on vLLM 0.13.0, the guide's)" in ascend.stdout
     assert "engine_id deepseek-pd-0_prefill-0\n" in ascend.stdout

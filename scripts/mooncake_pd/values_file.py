@@ -205,8 +205,15 @@ def apply(text: str, keys: dict[str, Any]) -> str:
 
 def write_atomic(path: Path, text: str, *, backup: bool) -> Path | None:
     """Write `text` to `path` through a temporary file and a rename, so the file is never half
-    written; with backup, the previous file is kept as <path>.bak first. Returns the backup."""
+    written; with backup, the previous file is kept as <path>.bak first. Returns the backup.
+    A path that is not a regular file (/dev/null, /dev/stdout, a pipe) is written in place: a
+    rename would put a regular file where the device was (as root, `render --out /dev/null`
+    replaced the machine's /dev/null, and every later non-root open of it failed)."""
     path = Path(path)
+    if path.exists() and not path.is_file():
+        with path.open("w") as out:
+            out.write(text)
+        return None
     saved = None
     if backup and path.exists():
         saved = path.with_name(path.name + ".bak")
