@@ -55,3 +55,15 @@ def test_nodes_carry_their_profiles_device():
             assert capacity[profile.resource_name] == str(profile.devices_per_node), node["metadata"]["name"]
         assert not [r for r in capacity if "/" in r and r != profile.resource_name]
     assert seen == set(profiles.all_profiles())
+
+
+def test_a_failed_crd_generation_says_what_controller_gen_said_not_its_usage_hint():
+    output = (
+        "go: downloading volcano.sh/apis v1.13.2\n"
+        "go: volcano.sh/apis@v1.13.2: reading https://proxy.golang.org/...: 403 Forbidden\n"
+        "Error: not all generators ran successfully\n"
+        "run `controller-gen crd:crdVersions=v1 paths=volcano.sh/apis/... -w` to see all available markers, "
+        "or `controller-gen ... -h` for usage\n"
+    )
+    said = build.controller_gen_errors(output)
+    assert "403 Forbidden" in said and "not all generators" in said and "to see all available markers" not in said
