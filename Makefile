@@ -29,12 +29,15 @@ E2E_STAMP := .tools/e2e/.installed .tools/ascend-overlay/.installed .tools/pytho
 # What only `make test-all` runs: the later engine versions' venvs and vLLM-Ascend overlays.
 LATER_STAMP := $(patsubst requirements-ascend-overlay-%.txt,.tools/ascend-overlay-%/.installed,$(ASCEND_OVERLAY_PINS)) \
 	$(patsubst requirements-e2e-%-nodeps.txt,.tools/e2e-%/.installed,$(filter %-nodeps.txt,$(E2E_VENV_PINS)))
+# Mooncake's transfer engine (PyPI's non-CUDA wheels, one folder per version) and libibverbs:
+# the Mooncake e2e and the transfer-engine tests (scripts/install-mooncake.sh).
+MOONCAKE_STAMP := .tools/mooncake/.installed
 # The tests of each tier: the gate leaves out those marked `full`.
 GATE := not full
 UNIT := not e2e and not cluster
 CHART_VERSION = $(shell sed -n 's/^version: *//p' chart/Chart.yaml)
 
-.PHONY: help tools tools-gate helm render test test-all unit unit-all test-time flake-check drills ttft-split e2e e2e-gate e2e-2p1d e2e-mixed e2e-kthena e2e-venv conformance fuzz engines engines-check golden schema docs lint package clean \
+.PHONY: help tools tools-gate helm render test test-all unit unit-all test-time flake-check drills ttft-split e2e e2e-gate e2e-2p1d e2e-mixed e2e-mooncake e2e-kthena e2e-venv conformance fuzz engines engines-check golden schema docs lint package clean \
 	cluster-tools cluster-up cluster-down cluster-test
 
 help: ## List the targets.
@@ -63,6 +66,9 @@ $(LATER_STAMP) &: $(E2E_STAMP) $(E2E_VENV_PINS) $(ASCEND_OVERLAY_PINS) scripts/i
 	rm -f $(LATER_STAMP)
 	scripts/install-e2e.sh later
 
+$(MOONCAKE_STAMP): requirements-mooncake.txt scripts/install-mooncake.sh
+	scripts/install-mooncake.sh
+
 $(PINNED_HELM): scripts/install-helm.sh
 	scripts/install-helm.sh 4.1.4
 
@@ -86,7 +92,7 @@ cluster-down: $(STAMP) ## Stop the local cluster of out/cluster by the PIDs it r
 cluster-test: $(TEST_STAMP) cluster-tools helm ## The tests against the local cluster: admission, helm 3 and 4 lifecycles, Kthena's controller.
 	$(PY) -m pytest -m cluster
 
-tools-gate: $(STAMP) $(TEST_STAMP) $(CHECKOV_STAMP) $(E2E_STAMP) helm cluster-tools ## Install what the gate (make test) runs.
+tools-gate: $(STAMP) $(TEST_STAMP) $(CHECKOV_STAMP) $(E2E_STAMP) $(MOONCAKE_STAMP) helm cluster-tools ## Install what the gate (make test) runs.
 
 tools: tools-gate $(LATER_STAMP) ## Install everything the other targets need (make test-all's later engine versions too).
 
@@ -111,10 +117,10 @@ test-all: ## The full run: the gate's tests and those marked full (later engine 
 	$(MAKE) -j2 tools
 	$(MAKE) -j1 unit-all cluster-test e2e drills ttft-split
 
-unit: $(TEST_STAMP) $(CHECKOV_STAMP) $(E2E_STAMP) helm cluster-tools ## The gate's tests but the cluster tests and the e2e (promtool comes with the cluster tools).
+unit: $(TEST_STAMP) $(CHECKOV_STAMP) $(E2E_STAMP) $(MOONCAKE_STAMP) helm cluster-tools ## The gate's tests but the cluster tests and the e2e (promtool comes with the cluster tools).
 	$(PY) -m pytest -m "$(UNIT) and $(GATE)" $(PYTEST_PARALLEL)
 
-unit-all: $(TEST_STAMP) $(CHECKOV_STAMP) $(E2E_STAMP) $(LATER_STAMP) helm cluster-tools ## Every test but the cluster tests and the e2e, those marked full included.
+unit-all: $(TEST_STAMP) $(CHECKOV_STAMP) $(E2E_STAMP) $(MOONCAKE_STAMP) $(LATER_STAMP) helm cluster-tools ## Every test but the cluster tests and the e2e, those marked full included.
 	$(PY) -m pytest -m "$(UNIT)" $(PYTEST_PARALLEL)
 
 test-time: $(TEST_STAMP) $(CHECKOV_STAMP) $(E2E_STAMP) helm ## Measure the non-e2e tests' wall time here and where it goes (RUNS=3, BUDGET=150 s): out/test-time/.
@@ -126,10 +132,10 @@ flake-check: $(TEST_STAMP) $(E2E_STAMP) helm cluster-tools ## The gate's cluster
 
 e2e-venv: $(E2E_STAMP) $(LATER_STAMP) ## Install the e2e venvs and the vLLM-Ascend overlays (scripts/install-e2e.sh).
 
-e2e-gate: $(TEST_STAMP) $(E2E_STAMP) helm cluster-tools ## The gate's e2e: real vLLM 0.13.0 CPU engines move the KV cache over NIXL behind the PD proxy and behind Kthena's router (logs: out/e2e*/).
+e2e-gate: $(TEST_STAMP) $(E2E_STAMP) $(MOONCAKE_STAMP) helm cluster-tools ## The gate's e2e: real vLLM 0.13.0 CPU engines move the KV cache over NIXL behind the PD proxy and behind Kthena's router (logs: out/e2e*/).
 	$(PY) -m pytest -m "e2e and $(GATE)"
 
-e2e: $(TEST_STAMP) $(E2E_STAMP) $(LATER_STAMP) helm cluster-tools ## Every e2e run: 1P1D per vLLM CPU release, 2P1D, two versions paired, the pods Kthena makes (logs: out/e2e*/).
+e2e: $(TEST_STAMP) $(E2E_STAMP) $(MOONCAKE_STAMP) $(LATER_STAMP) helm cluster-tools ## Every e2e run: 1P1D per vLLM CPU release, 2P1D, two versions paired, the pods Kthena makes (logs: out/e2e*/).
 	$(PY) -m pytest -m e2e
 
 e2e-2p1d: $(TEST_STAMP) $(E2E_STAMP) helm ## Only the e2e's 2P1D run: two prefill engines and one decode at their own loopback addresses.
@@ -137,6 +143,9 @@ e2e-2p1d: $(TEST_STAMP) $(E2E_STAMP) helm ## Only the e2e's 2P1D run: two prefil
 
 e2e-mixed: $(TEST_STAMP) $(E2E_STAMP) $(LATER_STAMP) helm ## Only the e2e's mixed-version run: prefill and decode of vLLM 0.13.0 and 0.32.0 paired every way on the wire (out/e2e-mixed/).
 	$(PY) -m pytest -m e2e_mixed
+
+e2e-mooncake: $(TEST_STAMP) $(E2E_STAMP) $(MOONCAKE_STAMP) helm cluster-tools ## Only the e2e's Mooncake run: MooncakeConnector and Mooncake's transfer engine (TCP) move the KV cache behind the PD proxy and Kthena's router, with its negative controls (out/e2e-mooncake*/).
+	$(PY) -m pytest -m e2e_mooncake
 
 e2e-kthena: $(TEST_STAMP) $(E2E_STAMP) helm cluster-tools ## Only the e2e's Kthena run: the pods Kthena creates run as processes, Kthena's router carries the requests (out/e2e-kthena/).
 	$(PY) -m pytest -m e2e_kthena

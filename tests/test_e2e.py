@@ -41,7 +41,7 @@ from typing import Any
 
 import pytest
 
-from mooncake_pd import bench, chartfiles, engines, manifests, paths, profiles, verify
+from mooncake_pd import bench, manifests, paths, profiles, verify
 from support.localpods import (
     E2E_VENV,
     E2E_VENVS,
@@ -55,6 +55,7 @@ from support.localpods import (
     run_to_end,
     wait_ready,
 )
+from support.localverify import LocalCore, LocalCustom, helm_test_container, local_canary_io, pod_view
 from support.pdcheck import (
     MAX_TOKENS,
     PLAIN_PORT,
@@ -72,7 +73,7 @@ from support.pdcheck import (
     render,
     version_values,
 )
-from support.series import Recorder
+from support.series import Recorder, traffic_until
 
 pytestmark = pytest.mark.e2e
 
@@ -118,26 +119,6 @@ def recording_source(version: str) -> str:
 def out_dir(version: str) -> Path:
     """out/e2e for the default version (README, tests/test_alerts.py), out/e2e-<version> else."""
     return OUT if version == E2E_VERSIONS[0] else OUT.with_name(f"e2e-{version}")
-
-
-@dataclass
-class LocalCore:
-    """The CoreV1Api calls verify.collect() makes, answered by the local processes: the engine
-    'pods' and their logs since the pods were listed (verify lists them before its request)."""
-
-    pods: list[dict[str, Any]]
-    logs: dict[str, Path]
-    offsets: dict[str, int] = field(default_factory=dict)
-
-    def list_namespaced_pod(self, namespace, label_selector):
-        self.offsets = {name: path.stat().st_size for name, path in self.logs.items()}
-        items = [type("Pod", (), {"to_dict": lambda self, p=p: p})() for p in self.pods]
-        return type("PodList", (), {"items": items})()
-
-    def read_namespaced_pod_log(self, name, namespace, container, since_seconds):
-        with self.logs[name].open("rb") as log:
-            log.seek(self.offsets.get(name, 0))
-            return log.read().decode(errors="replace")
 
 
 @dataclass
@@ -221,7 +202,7 @@ def _run(result: Run, run: LocalRun) -> None:
         engine_procs[name] = (processes.run(prepared, pod.name, ENGINE_NICE), prepared, pod)
     for name, (proc, prepared, pod) in engine_procs.items():
         wait_ready(proc, prepared.probe_url, READY_TIMEOUT)
-        pods.append(_pod_view(pod, roles[name]))
+        pods.append(pod_view(pod, roles[name]))
     result.timings["pd_ready"] = time.monotonic() - clock
     spec, container = _spec(objects, "Deployment", "deepseek-pd-proxy")
     proxy_container = prepare(objects, spec, container, work / "proxy", network)
@@ -242,8 +223,9 @@ def _pd_phases(result, run, objects, roles, network, engine_procs, pods, proxy_u
     processes, base = run.processes, run.base
     models, work = base / "models", base / "pods"
     decode_metrics, prefill_metrics = (metrics_url(roles[name]) for name in ("decode", "prefill"))
-    with recorder.phase("healthy", settle=3):
-        for _ in range(3):  # long enough for the alerts' windows (tests/test_alerts.py)
+    with recorder.phase("healthy", settle=3) as phase:
+
+        def judged_round() -> None:
             for mode in ("sequential", "concurrent"):
                 before = get_text(decode_metrics)
                 outputs, tokens = completions(proxy_url, concurrent=mode == "concurrent")
@@ -251,14 +233,18 @@ def _pd_phases(result, run, objects, roles, network, engine_procs, pods, proxy_u
                 if mode not in result.outputs or problems:
                     result.outputs[mode], result.prompt_tokens[mode], result.problems[mode] = outputs, tokens, problems
 
+        # Three judged rounds at least, and on until the phase holds the samples the alert tests
+        # judge: a fixed count of rounds is shorter than their window on a fast machine.
+        traffic_until(phase, judged_round, "healthy", min_rounds=3)
+
     result.timings["pd_requests"] = time.monotonic() - clock - result.timings["pd_ready"]
 
     # 3. The helm test pod, verify's own collection and judgement, the benchmark Job.
     clock = time.monotonic()
-    result.helm_test = _test_pod(objects, "chat", work, network, processes)
+    result.helm_test = helm_test_container(objects, "chat", work, network, processes)
     result.timings["helm_test"] = time.monotonic() - clock
     clock = time.monotonic()
-    result.canary = _test_pod(objects, "kv-canary", work, network, processes)
+    result.canary = helm_test_container(objects, "kv-canary", work, network, processes)
     result.timings["kv_canary"] = time.monotonic() - clock
     clock = time.monotonic()
     logs = {pod.name: proc.log for proc, _, pod in engine_procs.values()}
@@ -267,7 +253,7 @@ def _pd_phases(result, run, objects, roles, network, engine_procs, pods, proxy_u
     # vLLM logs its throughput every 10 s: verify waits for the line (log_wait).
     snapshot = verify.collect(
         core,
-        _Custom(modelserving),
+        LocalCustom(modelserving),
         "deepseek-pd",
         "default",
         url=proxy_url,
@@ -276,7 +262,7 @@ def _pd_phases(result, run, objects, roles, network, engine_procs, pods, proxy_u
         timeout=60,
         progress=lambda _: None,
         read_metrics=lambda pod_name, port: get_text(f"http://127.0.0.1:{port}/metrics"),
-        canary_io=_local_canary_io(),
+        canary_io=local_canary_io(),
     )
     result.verify_report = verify.assess(snapshot)
     result.timings["verify"] = time.monotonic() - clock
@@ -316,36 +302,24 @@ def _pd_phases(result, run, objects, roles, network, engine_procs, pods, proxy_u
         result, processes, prefill_proc, prefill_container, prefill_pod, base
     )
     # Traffic through the proxy while it lasts, recorded for the alerts: answered, never moved.
-    with recorder.phase("prefill-restarted-same-id", settle=3):
-        result.stale_chat = _test_pod(objects, "chat", work, network, processes)
-        result.stale_canary = _test_pod(objects, "kv-canary", work, network, processes)
-        deadline = time.monotonic() + 15
-        for _ in range(20):
-            if time.monotonic() > deadline:
-                break
-            completions(proxy_url, concurrent=True)
+    with recorder.phase("prefill-restarted-same-id", settle=3) as phase:
+        result.stale_chat = helm_test_container(objects, "chat", work, network, processes)
+        result.stale_canary = helm_test_container(objects, "kv-canary", work, network, processes)
+        traffic_until(phase, lambda: completions(proxy_url, concurrent=True), "prefill-restarted-same-id")
     result.timings["stale_engine_id"] = time.monotonic() - clock
 
     # 6. Requests sent to decode alone (a router that skips prefill): decode computes every
     # prompt, answers right, and nothing but its metrics shows it: the silent degradation.
-    with recorder.phase("decode-only", settle=3):
-        deadline = time.monotonic() + 15
-        for _ in range(60):
-            if time.monotonic() > deadline:
-                break
-            for prompt in PROMPTS:
-                post_json(
-                    "http://127.0.0.1:7101/v1/completions",
-                    {"model": "tiny", "prompt": prompt, "max_tokens": MAX_TOKENS, "temperature": 0},
-                    timeout=120,
-                )
+    def decode_alone() -> None:
+        for prompt in PROMPTS:
+            post_json(
+                "http://127.0.0.1:7101/v1/completions",
+                {"model": "tiny", "prompt": prompt, "max_tokens": MAX_TOKENS, "temperature": 0},
+                timeout=120,
+            )
 
-
-def _test_pod(objects, name: str, work: Path, network: Network, processes: Processes) -> tuple[int, str]:
-    """One container of the helm-test pod (chat, kv-canary), run to its end."""
-    spec = manifests.one(objects, "Pod", "deepseek-pd-test")["spec"]
-    container = next(c for c in spec["containers"] if c["name"] == name)
-    return run_to_end(processes, prepare(objects, spec, container, work / f"test-{name}", network), 300, f"test-{name}")
+    with recorder.phase("decode-only", settle=3) as phase:
+        traffic_until(phase, decode_alone, "decode-only")
 
 
 def _prefill_engine_id() -> str:
@@ -373,18 +347,6 @@ def _restart_under_the_same_engine_id(result: Run, processes, prefill_proc, pref
     return proc
 
 
-def _local_canary_io() -> verify.CanaryIO:
-    """verify's canary HTTP to the local 'pods': http://<pod>:<port> is 127.0.0.1:<port> here."""
-    canary = chartfiles.program("kv_canary")
-
-    def local(url: str) -> str:
-        return re.sub(r"^http://[^:/]+:", "http://127.0.0.1:", url)
-
-    return (lambda url, body, timeout: canary._post(local(url), body, timeout)), (
-        lambda url, timeout: canary._get(local(url), timeout)
-    )
-
-
 def _broken_side_channel(result: Run, decode_metrics: str) -> None:
     before = get_text(decode_metrics)
     try:
@@ -409,24 +371,6 @@ def _broken_side_channel(result: Run, decode_metrics: str) -> None:
     except Exception:
         after = before  # decode died: nothing more was counted
     result.side_channel = judge(result.reference[:1], [text], before, after, 1)
-
-
-class _Custom:
-    def __init__(self, modelserving):
-        self.modelserving = modelserving
-
-    def list_namespaced_custom_object(self, *args, **kwargs):
-        return {"items": [self.modelserving]}
-
-
-def _pod_view(pod: engines.PodIdentity, role: dict[str, Any]) -> dict[str, Any]:
-    """The pod as verify reads it from the API: Kthena's labels and the template's, Ready."""
-    labels = {**role["entryTemplate"]["metadata"]["labels"], **pod.labels()}
-    return {
-        "metadata": {"name": pod.name, "labels": labels},
-        "spec": {"containers": [{"name": role["name"]}]},
-        "status": {"conditions": [{"type": "Ready", "status": "True"}], "container_statuses": []},
-    }
 
 
 def _bench(objects, workdir: Path, network: Network, processes: Processes) -> tuple[int, str]:

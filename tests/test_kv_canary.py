@@ -36,17 +36,31 @@ def metrics(hits: float, count: float = 0, failed: float = 0) -> str:
 
 
 class FakeEngines:
-    """Prefill and decode as the canary sees them over HTTP; decode's counters move as told."""
+    """Prefill and decode as the canary sees them over HTTP; decode's counters move as told, and
+    prefill alone answers `reference` (decode answers "an answer")."""
 
-    def __init__(self, loaded: float = 10, transfers: float = 1, failed: float = 0, params: Any = "default"):
-        self.loaded, self.transfers, self.failed = loaded, transfers, failed
+    def __init__(
+        self,
+        loaded: float = 10,
+        transfers: float = 1,
+        failed: float = 0,
+        params: Any = "default",
+        reference: str = "an answer",
+    ):
+        self.loaded, self.transfers, self.failed, self.reference = loaded, transfers, failed, reference
         self.params = {"remote_engine_id": "e1", "remote_block_ids": [1]} if params == "default" else params
         self.hits = self.count = self.fails = 0.0
         self.posts: list[tuple[str, dict[str, Any]]] = []
-        self.status = {"prefill": 200, "decode": 200}
+        self.headers: list[dict[str, str]] = []
+        self.status = {"prefill": 200, "decode": 200, "reference": 200}
 
-    def post(self, url: str, body: dict[str, Any], timeout: float) -> tuple[int, dict[str, Any]]:
+    def post(
+        self, url: str, body: dict[str, Any], timeout: float, headers: dict[str, str]
+    ) -> tuple[int, dict[str, Any]]:
         self.posts.append((url, body))
+        self.headers.append(headers)
+        if ":7100" in url and "kv_transfer_params" not in body:
+            return self.status["reference"], {"choices": [{"text": self.reference}]}
         if ":7100" in url:
             return self.status["prefill"], {"choices": [{"text": "x"}], "kv_transfer_params": self.params}
         self.hits += self.loaded
@@ -63,10 +77,17 @@ def test_a_pair_whose_kv_cache_came_over_passes_and_the_requests_are_the_proxys(
     engines = FakeEngines()
     results = canary.run(CONFIG, engines.post, engines.get, now=lambda: 1.5)
     assert [(r.prefill, r.decode, r.ok) for r in results] == [("p0", "d0", True), ("p1", "d0", True)]
-    (p_url, first), (d_url, second) = engines.posts[:2]
-    assert p_url == "http://p0:7100/v1/completions" and d_url == "http://d0:7101/v1/completions"
+    (p_url, first), (d_url, second), (r_url, alone) = engines.posts[:3]
+    assert p_url == r_url == "http://p0:7100/v1/completions" and d_url == "http://d0:7101/v1/completions"
     assert first["max_tokens"] == 1 and first["kv_transfer_params"]["do_remote_decode"] is True
     assert second["kv_transfer_params"] == engines.params and second["max_tokens"] == 4
+    # The reference: prefill alone, greedy, as many tokens as decode's answer, no KV transfer.
+    assert "kv_transfer_params" not in alone and alone["max_tokens"] == 4 and alone["temperature"] == 0
+    assert alone["prompt"] == first["prompt"] == second["prompt"]
+    # One request id for prefill's and decode's request (the connector pairs them by it), another
+    # for the reference; a new one per pair.
+    ids = [h["X-Request-Id"] for h in engines.headers]
+    assert ids[0] == ids[1] != ids[2] and ids[3] == ids[4] != ids[0]
     # A fresh nonce per pair: decode's own prefix cache cannot answer a repeated prompt.
     prompts = {body["prompt"] for _, body in engines.posts}
     assert len(prompts) == 2 and all(p.endswith(": Hello") for p in prompts)
@@ -83,6 +104,11 @@ def test_a_pair_whose_kv_cache_came_over_passes_and_the_requests_are_the_proxys(
         (FakeEngines(transfers=0), "vllm:nixl_xfer_time_seconds_count did not rise"),
         (FakeEngines(failed=1), "vllm:nixl_num_failed_transfers_total rose by 1"),
         (FakeEngines(params=None), "prefill answered without kv_transfer_params"),
+        # The counters moved and the answer is wrong: MooncakeConnector given two request ids.
+        (
+            FakeEngines(reference="the right answer"),
+            "decode answered 'an answer' where prefill alone answered 'the right answer'",
+        ),
     ],
 )
 def test_a_kv_cache_that_did_not_move_fails_the_pair_naming_why(engines: FakeEngines, problem: str):
@@ -95,6 +121,10 @@ def test_http_errors_and_unreachable_engines_fail_the_pair():
     engines = FakeEngines()
     engines.status["decode"] = 500
     assert "decode answered HTTP 500" in canary.run(CONFIG, engines.post, engines.get)[0].line()
+    engines = FakeEngines()
+    engines.status["reference"] = 503
+    result = canary.run(CONFIG, engines.post, engines.get)[0]
+    assert not result.ok and "prefill answered the reference request HTTP 503" in result.line()
 
     def unreachable(url: str, timeout: float) -> str:
         raise canary.Unreachable(f"{url}: refused")

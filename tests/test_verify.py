@@ -363,6 +363,7 @@ def test_collect_with_url_end_to_end(modelserving):
     assert [url for url, _ in engines.posts] == [
         "http://deepseek-pd-0-prefill-0-0:7100/v1/completions",
         "http://deepseek-pd-0-decode-0-0:7101/v1/completions",
+        "http://deepseek-pd-0-prefill-0-0:7100/v1/completions",
     ]
     canary = [c for c in report.checks if c.name.startswith("KV canary")]
     assert [c.name for c in canary] == ["KV canary deepseek-pd-0-prefill-0-0 -> deepseek-pd-0-decode-0-0"]

@@ -1,22 +1,30 @@
 """mooncake-pd kv_canary: proves, for every prefill/decode pair, that a request's KV cache came
-over from prefill to decode, not only that a request answered.
+over from prefill to decode and that decode answered from it, not only that a request answered.
 
 A chat check through the router passes when PD has silently degraded: decode computes every
 prompt itself when the KV cache stops moving (a prefill restarted under a NIXL engine_id decode
-had met, a side channel that is not reachable) and still answers. So for each pair the canary
-does what the PD proxy does, itself, and reads decode's counters around it:
+had met, a side channel that is not reachable) and still answers. And counters can pass where
+the answers are wrong: upstream vLLM's MooncakeConnector, given two requests whose ids differ,
+moves nothing, and decode still counts every prompt token as an external hit and answers from
+blocks it never received (measured with vLLM 0.13.0 on CPU, 2026-12-04). So for each pair the
+canary does what the PD proxy does, itself, and judges both the counters and the answer:
 1. decode's /metrics (before);
 2. the prompt to prefill with kv_transfer_params {do_remote_decode: true} and max_tokens 1, as
    vLLM-Ascend v0.13.0's example proxy sends it (load_balance_proxy_server_example.py,
-   send_request_to_service); prefill answers with the kv_transfer_params decode needs;
-3. the same prompt to decode with those kv_transfer_params;
-4. decode's /metrics (after).
-The pair passes when decode answered and its vllm:external_prefix_cache_hits_total (prompt tokens
-it did not compute, vllm/v1/metrics/loggers.py) rose by at least MIN_TRANSFERRED_FRACTION of the
-request's prompt tokens, and, where the connector counts transfers (NIXL), one more transfer was
-counted and no failed one. Each prompt starts with a fresh nonce, so decode's own prefix cache
-cannot answer it. Other traffic only adds to the counters, so a busy deployment never fails it
-falsely; a failure counted while it ran fails the pair, whoever's request it was.
+   send_request_to_service), with one X-Request-Id that step 3 sends too (the proxy's, ~558 and
+   ~588: the connector matches prefill's and decode's request by it); prefill answers with the
+   kv_transfer_params decode needs;
+3. the same prompt to decode with those kv_transfer_params, greedy;
+4. decode's /metrics (after);
+5. the reference: the same prompt to prefill alone, greedy, as many tokens, no KV transfer (its
+   own prefix cache holds only blocks it computed).
+The pair passes when decode's answer equals the reference, its
+vllm:external_prefix_cache_hits_total (prompt tokens it did not compute, vllm/v1/metrics/loggers.py)
+rose by at least MIN_TRANSFERRED_FRACTION of the request's prompt tokens, and, where the connector
+counts transfers (NIXL), one more transfer was counted and no failed one. Each prompt starts with
+a fresh nonce, so decode's own prefix cache cannot answer it. Other traffic only adds to the
+counters, so a busy deployment never fails it falsely; a failure counted while it ran fails the
+pair, whoever's request it was.
 
 Env: CANARY_CONFIG, JSON: {"model", "prompt", "maxTokens", "prefill": [{"name", "url"}],
 "decode": [{"name", "url"}], "transferMetrics": {"count", "failed"} or null}.
@@ -56,7 +64,8 @@ PREFILL_PARAMS = {
     "remote_port": None,
 }
 
-Post = Callable[[str, dict[str, Any], float], tuple[int, dict[str, Any]]]
+# post(url, body, timeout, headers) -> (HTTP status, JSON body); get(url, timeout) -> text.
+Post = Callable[[str, dict[str, Any], float, dict[str, str]], tuple[int, dict[str, Any]]]
 Get = Callable[[str, float], str]
 
 
@@ -74,6 +83,8 @@ class PairResult:
     external_hits: float = 0.0
     transfers: float | None = None
     failed_transfers: float | None = None
+    answer: str = ""
+    reference: str | None = None
 
     def line(self) -> str:
         head = f"{'PASS' if self.ok else 'FAIL'}: {self.prefill} -> {self.decode}"
@@ -94,7 +105,13 @@ def metric_total(text: str, name: str) -> float:
 
 
 def judge(result: PairResult, before: str, after: str, transfer_metrics: dict[str, str] | None) -> PairResult:
-    """Decide a pair whose two requests answered, from decode's /metrics before and after."""
+    """Decide a pair whose requests answered, from decode's answer against the reference and
+    decode's /metrics before and after."""
+    if result.reference is not None and result.answer != result.reference:
+        result.problems.append(
+            f"decode answered {result.answer[:80]!r} where prefill alone answered {result.reference[:80]!r} "
+            "(greedy, the same prompt): decode did not answer from the prompt's KV cache"
+        )
     result.external_hits = metric_total(after, EXTERNAL_HITS) - metric_total(before, EXTERNAL_HITS)
     needed = MIN_TRANSFERRED_FRACTION * result.prompt_tokens
     if result.prompt_tokens <= 0:
@@ -136,11 +153,16 @@ def probe_pair(
     result = PairResult(prefill["name"], decode["name"])
     prompt = f"mooncake-pd kv canary {nonce}: {config['prompt']}"
     request = {"model": config["model"], "prompt": prompt, "temperature": 0}
+    # One id for prefill's and decode's request, as the proxy and Kthena's router send: the
+    # connector pairs the two by it (MooncakeConnector moves nothing when they differ).
+    request_id = f"mooncake-pd-kv-canary-{nonce}"
+    pair_headers = {"X-Request-Id": request_id}
     before = get(decode["url"] + "/metrics", timeout)
     status, first = post(
         prefill["url"] + "/v1/completions",
         dict(request, max_tokens=1, kv_transfer_params=PREFILL_PARAMS),
         timeout,
+        pair_headers,
     )
     params = first.get("kv_transfer_params")
     if status != 200:
@@ -153,14 +175,27 @@ def probe_pair(
         decode["url"] + "/v1/completions",
         dict(request, max_tokens=int(config["maxTokens"]), kv_transfer_params=params),
         timeout,
+        pair_headers,
     )
     if status != 200:
         result.problems.append(f"decode answered HTTP {status}: {json.dumps(second)[:300]}")
         return result
     result.prompt_tokens = int((second.get("usage") or {}).get("prompt_tokens") or 0)
-    if not completion_text(second):
+    result.answer = completion_text(second)
+    if not result.answer:
         result.problems.append("decode answered an empty completion")
-    return judge(result, before, get(decode["url"] + "/metrics", timeout), config.get("transferMetrics"))
+    after = get(decode["url"] + "/metrics", timeout)
+    status, alone = post(
+        prefill["url"] + "/v1/completions",
+        dict(request, max_tokens=int(config["maxTokens"])),
+        timeout,
+        {"X-Request-Id": request_id + "-reference"},
+    )
+    if status != 200:
+        result.problems.append(f"prefill answered the reference request HTTP {status}: {json.dumps(alone)[:300]}")
+    else:
+        result.reference = completion_text(alone)
+    return judge(result, before, after, config.get("transferMetrics"))
 
 
 def run(config: dict[str, Any], post: Post, get: Get, now: Callable[[], float] = time.time) -> list[PairResult]:
@@ -176,8 +211,10 @@ def run(config: dict[str, Any], post: Post, get: Get, now: Callable[[], float] =
     return results
 
 
-def _post(url: str, body: dict[str, Any], timeout: float) -> tuple[int, dict[str, Any]]:
-    req = urllib.request.Request(url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
+def _post(url: str, body: dict[str, Any], timeout: float, headers: dict[str, str]) -> tuple[int, dict[str, Any]]:
+    req = urllib.request.Request(
+        url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json", **headers}
+    )
     try:
         with urllib.request.urlopen(req, timeout=timeout) as resp:
             return resp.status, json.load(resp)
@@ -230,7 +267,7 @@ def main(env: dict[str, str]) -> int:
     for result in results:
         print(result.line(), flush=True)
     passed = sum(r.ok for r in results)
-    print(f"kv canary: {passed} of {len(results)} prefill/decode pairs moved the KV cache")
+    print(f"kv canary: {passed} of {len(results)} prefill/decode pairs moved the KV cache and answered from it")
     return 0 if results and passed == len(results) else 1
 
 

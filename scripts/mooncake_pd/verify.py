@@ -365,7 +365,7 @@ def find_modelserving(custom: Any, release: str, namespace: str) -> dict[str, An
 
 
 def _forwarded_request(
-    core: Any, namespace: str, pod: str, port: int, path: str, body: bytes, timeout: float
+    core: Any, namespace: str, pod: str, port: int, path: str, body: bytes, timeout: float, headers: dict[str, str]
 ) -> Response:
     from kubernetes.stream import portforward
 
@@ -373,7 +373,7 @@ def _forwarded_request(
     connection = http.client.HTTPConnection("localhost", port, timeout=timeout)
     connection.sock = forward.socket(port)
     connection.sock.settimeout(timeout)
-    return _post(connection, path, body)
+    return _post(connection, path, body, headers)
 
 
 def _forwarded_get(core: Any, namespace: str, pod: str, port: int, path: str, timeout: float) -> str:
@@ -405,9 +405,11 @@ def entry_pods(modelserving: dict[str, Any], pods: list[dict[str, Any]], role_in
     )
 
 
-# The canary's HTTP: post(url, body, timeout) -> (status, JSON body), get(url, timeout) -> text,
-# both raising kv_canary.Unreachable when nothing answers. Its URLs are http://<pod>:<port>.
-CanaryIO = tuple[Callable[[str, dict[str, Any], float], tuple[int, dict[str, Any]]], Callable[[str, float], str]]
+# The canary's HTTP: post(url, body, timeout, headers) -> (status, JSON body), get(url, timeout)
+# -> text, both raising kv_canary.Unreachable when nothing answers. Its URLs are http://<pod>:<port>.
+CanaryIO = tuple[
+    Callable[[str, dict[str, Any], float, dict[str, str]], tuple[int, dict[str, Any]]], Callable[[str, float], str]
+]
 
 
 def transfer_metrics(connector: str) -> dict[str, str] | None:
@@ -447,10 +449,10 @@ def port_forward_io(core: Any, namespace: str) -> CanaryIO:
         parts = urlsplit(url)
         return parts.hostname or "", parts.port or 80, parts.path
 
-    def post(url: str, body: dict[str, Any], timeout: float) -> tuple[int, dict[str, Any]]:
+    def post(url: str, body: dict[str, Any], timeout: float, headers: dict[str, str]) -> tuple[int, dict[str, Any]]:
         pod, port, path = target(url)
         try:
-            answer = _forwarded_request(core, namespace, pod, port, path, json.dumps(body).encode(), timeout)
+            answer = _forwarded_request(core, namespace, pod, port, path, json.dumps(body).encode(), timeout, headers)
         except Exception as e:  # the API server, the port-forward or the pod: nothing answered
             raise unreachable(f"{url}: {e.__class__.__name__}: {e}") from e
         return answer.status, answer.body
@@ -465,8 +467,10 @@ def port_forward_io(core: Any, namespace: str) -> CanaryIO:
     return post, get
 
 
-def _post(connection: http.client.HTTPConnection, path: str, body: bytes) -> Response:
-    connection.request("POST", path, body=body, headers={"Content-Type": "application/json"})
+def _post(
+    connection: http.client.HTTPConnection, path: str, body: bytes, headers: dict[str, str] | None = None
+) -> Response:
+    connection.request("POST", path, body=body, headers={"Content-Type": "application/json", **(headers or {})})
     answer = connection.getresponse()
     raw = answer.read()
     try:
@@ -497,7 +501,7 @@ def send_request(core: Any, modelserving: dict[str, Any], url: str | None, model
             if address.target_ref and address.target_ref.kind == "Pod":
                 port = subset.ports[0].port
                 return _forwarded_request(
-                    core, namespace, address.target_ref.name, port, "/v1/chat/completions", body, timeout
+                    core, namespace, address.target_ref.name, port, "/v1/chat/completions", body, timeout, {}
                 )
     raise RuntimeError(f"Service {service} has no ready pod to forward to (use --url for the Kthena router)")
 

@@ -50,18 +50,21 @@ def write_tokenizer(out: Path) -> int:
     return len(fast)
 
 
-def write_model(out: Path, vocab: int, seed: int) -> None:
+def write_model(out: Path, vocab: int, seed: int, kv_heads: int = 0) -> None:
+    """kv_heads 0: 4 attention heads over 2 KV heads of 32 (hidden 128); N: N heads, N KV heads
+    of 32 (hidden 32 x N), for a connector that needs the KV head count to be the block size."""
     import torch
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
     torch.manual_seed(seed)
+    heads, kv = (kv_heads, kv_heads) if kv_heads else (4, 2)
     config = Qwen2Config(
         vocab_size=vocab,
-        hidden_size=128,
+        hidden_size=32 * heads,
         intermediate_size=256,
         num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
+        num_attention_heads=heads,
+        num_key_value_heads=kv,
         max_position_embeddings=1024,
         initializer_range=0.5,
         tie_word_embeddings=True,
@@ -78,11 +81,12 @@ def write_model(out: Path, vocab: int, seed: int) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("out", type=Path, nargs="+", help="folders to write models into (created); seeds 0, 1, ...")
+    parser.add_argument("--kv-heads", type=int, default=0, help="as many attention and KV heads (0: 4 over 2)")
     args = parser.parse_args()
     for seed, out in enumerate(args.out):
         out.mkdir(parents=True, exist_ok=True)
         vocab = write_tokenizer(out)
-        write_model(out, vocab, seed)
+        write_model(out, vocab, seed, args.kv_heads)
 
 
 if __name__ == "__main__":

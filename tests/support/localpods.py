@@ -577,8 +577,12 @@ REQUEST_TIMEOUT = 120.0
 PAGE_TIMEOUT = 60.0
 
 
-def post_json(url: str, body: dict[str, Any], timeout: float = REQUEST_TIMEOUT) -> dict[str, Any]:
-    request = urllib.request.Request(url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
+def post_json(
+    url: str, body: dict[str, Any], timeout: float = REQUEST_TIMEOUT, headers: dict[str, str] | None = None
+) -> dict[str, Any]:
+    request = urllib.request.Request(
+        url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json", **(headers or {})}
+    )
     with urllib.request.urlopen(request, timeout=timeout) as answer:
         return json.load(answer)
 

@@ -25,7 +25,7 @@ import math
 import re
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -171,6 +171,41 @@ class Phase:
     @property
     def samples(self) -> int:
         return len(self.recorder.samples) - self.start
+
+
+# What a phase of traffic must hold for the alert tests (tests/test_alerts.py): they judge from
+# the fourth sample on and want traffic rising over at least five. One more for the settle's edge.
+PHASE_SAMPLES = 6
+# The least a phase of traffic lasts (the alerts' windows, scaled, as before) and the most: on a
+# machine whose scrapes take their full timeout, six samples take 6 x 2 x 10 s plus the traffic.
+PHASE_MIN_S = 15.0
+PHASE_MAX_S = 180.0
+
+
+def traffic_until(
+    phase: Phase,
+    send: Callable[[], Any],
+    what: str,
+    min_rounds: int = 1,
+    min_s: float = PHASE_MIN_S,
+    max_s: float = PHASE_MAX_S,
+    max_rounds: int = 500,
+) -> int:
+    """Call `send` (one round of traffic) until the phase holds PHASE_SAMPLES, `min_s` has passed
+    and `min_rounds` were sent: by samples and time, never by a count of rounds alone, which a
+    fast machine spends before the alerts' window fills and a slow one needs longer for. Bounded
+    by `max_s` and `max_rounds`; the rounds sent. The wait goes to out/waits.jsonl."""
+    begun, rounds = time.monotonic(), 0
+    while rounds < max_rounds:
+        elapsed = time.monotonic() - begun
+        enough = rounds >= min_rounds and elapsed >= min_s and phase.samples >= PHASE_SAMPLES
+        if enough or (rounds >= min_rounds and elapsed >= max_s):
+            break
+        send()
+        rounds += 1
+    ok = phase.samples >= PHASE_SAMPLES
+    record_wait(f"{PHASE_SAMPLES} recorder samples of {what} traffic", time.monotonic() - begun, max_s, ok)
+    return rounds
 
 
 def input_series(recording: dict[str, Any], phase: str) -> list[dict[str, str]]:

@@ -7,9 +7,25 @@ kvTransfer.extraConfig holding only what the connector reads from there.
 {{- $profile := include "mooncake-pd.profile" . | fromJson -}}
 {{- $connector := include "mooncake-pd.profile.connector" . -}}
 {{- $kv := .Values.kvTransfer -}}
-{{- if not (has $connector $profile.connectors) }}
 {{- $data := get $profile.engine.connectors $connector | default dict }}
+{{- if not (has $connector $profile.connectors) }}
 {{- $errors = append $errors (printf "kvTransfer.connector: %s is for %s, but accelerator.type is %s; use %s or leave it empty for the profile's" $connector (default "no accelerator the chart knows" $data.for) $profile.type (join " or " $profile.connectors)) }}
+{{- end }}
+{{- /* A profile without a device resource (resourceName empty) has no GPU or NPU. */ -}}
+{{- $deviceless := not $profile.resourceName }}
+{{- if and (has $connector $profile.connectors) $data.needsAccelerator $deviceless }}
+{{- $errors = append $errors (printf "kvTransfer.connector: %s at engine.version %s (vLLM %s) needs a GPU or NPU when its worker starts (chart/files/profiles.yaml engines.%s.connectors.%s), and accelerator.type %s has none; use engine.version %s, or NixlConnector" $connector $profile.engine.version $profile.engine.vllm $profile.engine.version $connector $profile.type (include "mooncake-pd.validate.kvtransfer.cpuVersions" (dict "root" $ "connector" $connector))) }}
+{{- end }}
+{{- if eq (toString $data.pairing) "transferId" }}
+{{- $errors = append $errors (printf "kvTransfer.connector: %s at engine.version %s (vLLM %s) pairs prefill's and decode's request by a kv_transfer_params.transfer_id the router must send, and neither the PD proxy (vLLM-Ascend's example) nor Kthena's router sends one: prefill frees the KV cache and decode computes every prompt; use NixlConnector, or a version whose %s pairs by request id (chart/files/profiles.yaml pairing)" $connector $profile.engine.version $profile.engine.vllm $connector) }}
+{{- end }}
+{{- if and (has $connector $profile.connectors) (eq (toString $data.blockSizeWithoutDevice) "kvHeads") $deviceless }}
+{{- range $role := list "prefill" "decode" }}
+{{- $args := include "mooncake-pd.vllm.serveArgs" (dict "root" $ "role" $role) | fromJson }}
+{{- if or (not (hasKey $args "block-size")) (kindIs "invalid" (index $args "block-size")) }}
+{{- $errors = append $errors (printf "%s.args.block-size: unset, and %s on accelerator.type %s asserts block_size == the KV cache's dimension -3, which in vLLM's CPU layout is the model's KV head count (chart/files/profiles.yaml blockSizeWithoutDevice; vllm mooncake_connector.py, kernel_block_size = cache.shape[-3]): vLLM's default block size fails at start; set engine.args.block-size to the model's num_key_value_heads (a size vLLM's CPU backend accepts), or use NixlConnector" $role $connector $profile.type) }}
+{{- end }}
+{{- end }}
 {{- end }}
 {{- $buffer := $profile.kvBufferDevices }}
 {{- if and $kv.bufferDevice (not (has $kv.bufferDevice $buffer.allowed)) }}
@@ -29,4 +45,16 @@ kv_connector_extra_config: there they would render and do nothing. */ -}}
 {{- end }}
 {{- end }}
 {{- toJson $errors -}}
+{{- end }}
+
+{{/* The engine versions whose `connector` runs without an accelerator (profiles.yaml
+needsAccelerator false), for the refusal's fix. Context: (dict "root" $ "connector" <a connector name>). */}}
+{{- define "mooncake-pd.validate.kvtransfer.cpuVersions" -}}
+{{- $table := include "mooncake-pd.profile.table" .root | fromJson -}}
+{{- $versions := list -}}
+{{- range $version, $engine := $table.engines }}
+{{- $row := get ($engine.connectors | default dict) $.connector }}
+{{- if and $row (not $row.needsAccelerator) (ne (toString $row.pairing) "transferId") }}{{ $versions = append $versions $version }}{{ end }}
+{{- end }}
+{{- join " or " $versions -}}
 {{- end }}
