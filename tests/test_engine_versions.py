@@ -15,12 +15,13 @@ import pytest
 import yaml
 
 from conftest import Rendered, Renderer, assert_valid
-from mooncake_pd import engines, generate, paths, profiles, vllmflags
+from mooncake_pd import engines, generate, paths, profiles, summary, vllmflags
 from mooncake_pd import model as modelmod
 
 VERSIONS = list(profiles.load()["engines"])
 ASCEND = ("v0.13.0", "v0.18.0", "v0.23.0")
-# The guide's decode sets finegrained TP on a dense model, which v0.23.0 refuses (below).
+# Your null removes the guide's decode finegrained TP (decode.guideArgs) at every version; where
+# the version refuses it the chart drops it itself (below).
 NO_FINEGRAINED = {"decode": {"args": {"additional-config": {"finegrained_tp_config": None}}}}
 NVIDIA = {
     "accelerator": {"type": "nvidia"},
@@ -107,13 +108,177 @@ def test_a_release_tag_selects_its_version(render: Renderer, crds, version: str)
     assert recompute == {"prefill": version == "v0.18.0", "decode": True}
 
 
-def test_v0_23_refuses_the_guides_finegrained_tp_on_a_dense_model(render: Renderer):
-    message = render.error(overrides={"image": {"tag": "v0.23.0-a3"}})
+def additional_config(rendered: Rendered, role: str = "decode") -> dict:
+    """A role's --additional-config as its start script passes it ({} without one)."""
+    run = next(r for r in engines.entry_runs(rendered.objects) if r.role == role)
+    return json.loads(flag(run.run.argv, "--additional-config") or "{}")
+
+
+GUIDE_LMHEAD = "decode.guideArgs.additional-config.finegrained_tp_config.lmhead_tensor_parallel_size"
+DENSE_AT_V0_23 = (
+    f"{GUIDE_LMHEAD}: vLLM-Ascend 0.23.0 enables finegrained TP only for mixture-of-experts models "
+    '("The finegrained tp sizes can be enabled only for MOE models" at start), and model.moe is false'
+)
+
+
+@pytest.mark.parametrize(
+    ("values", "version"),
+    [
+        ({}, "v0.13.0"),
+        ({"engine": {"version": "v0.18.0"}}, "v0.18.0"),
+        ({"image": {"tag": "v0.18.0-a3"}}, "v0.18.0"),
+        ({"engine": {"version": "v0.23.0"}}, "v0.23.0"),
+        ({"image": {"tag": "v0.23.0-a3"}}, "v0.23.0"),
+        ({"image": {"tag": "v0.23.0.post1-a3"}}, "v0.23.0"),
+        ({"accelerator": {"type": "ascend-a2"}, "image": {"tag": "v0.23.0"}}, "v0.23.0"),
+    ],
+    ids=["default", "v0.18.0", "tag-v0.18.0-a3", "v0.23.0", "tag-v0.23.0-a3", "tag-v0.23.0.post1-a3", "a2-v0.23.0"],
+)
+def test_the_defaults_render_at_every_version(render: Renderer, crds, values: dict, version: str):
+    """Issue 40 item 8: the chart's own defaults are valid at every version. The guide's decode
+    lmhead_tensor_parallel_size (decode.guideArgs) is applied where the version accepts it and
+    dropped at v0.23.0 on a dense model, which the ModelServing's annotation and the summary say."""
+    rendered = render(overrides=values)
+    assert_valid(rendered, crds)
+    assert rendered.modelserving["metadata"]["annotations"]["mooncake-pd/engine-version"] == version
+    dropped = summary.dropped_guide_args(rendered.modelserving)
+    text = summary.summarize(rendered.objects, engines.entry_runs(rendered.objects))
+    if version == "v0.23.0":
+        assert "finegrained_tp_config" not in additional_config(rendered)
+        assert dropped == [DENSE_AT_V0_23]
+        assert f"guide's default left out: {DENSE_AT_V0_23}" in text
+    else:
+        assert additional_config(rendered)["finegrained_tp_config"] == {"lmhead_tensor_parallel_size": 2}
+        assert dropped == [] and "left out" not in text
+        assert "mooncake-pd/dropped-guide-args" not in rendered.modelserving["metadata"]["annotations"]
+
+
+def test_your_finegrained_tp_is_refused_where_the_guides_is_dropped(render: Renderer):
+    yours = {"decode": {"args": {"additional-config": {"finegrained_tp_config": {"lmhead_tensor_parallel_size": 2}}}}}
+    message = render.error(overrides={"image": {"tag": "v0.23.0-a3"}, **yours})
     assert "decode.args.additional-config.finegrained_tp_config.lmhead_tensor_parallel_size" in message
     assert "engine.version v0.23.0 (from image.tag v0.23.0-a3)" in message
-    # A mixture-of-experts model may keep it; v0.13.0 allows it on any model.
-    render(overrides={"image": {"tag": "v0.23.0-a3"}, "model": {"moe": True}})
-    render(overrides={"engine": {"version": "v0.13.0"}})
+    # A mixture-of-experts model keeps the guide's; v0.13.0 keeps yours on any model.
+    moe = render(overrides={"image": {"tag": "v0.23.0-a3"}, "model": {"moe": True}})
+    assert additional_config(moe)["finegrained_tp_config"] == {"lmhead_tensor_parallel_size": 2}
+    assert summary.dropped_guide_args(moe.modelserving) == []
+    render(overrides={"engine": {"version": "v0.13.0"}, **yours})
+
+
+def test_the_guides_size_is_dropped_where_it_does_not_divide_the_roles_dp(render: Renderer):
+    rendered = render(overrides={"decode": {"parallelism": {"data": 1}}})
+    assert "finegrained_tp_config" not in additional_config(rendered)
+    assert summary.dropped_guide_args(rendered.modelserving) == [
+        f"{GUIDE_LMHEAD}: 2 does not divide decode.parallelism.data (1), which vLLM-Ascend requires "
+        "(AssertionError at start)"
+    ]
+
+
+@pytest.mark.parametrize(
+    ("decode", "expected"),
+    [
+        # Yours beside the guide's in one map, as helm merged them when the guide's was in args.
+        (
+            {"args": {"additional-config": {"enable_shared_expert_dp": True}}},
+            {"finegrained_tp_config": {"lmhead_tensor_parallel_size": 2}, "enable_shared_expert_dp": True},
+        ),
+        ({"args": {"additional-config": {"finegrained_tp_config": {"lmhead_tensor_parallel_size": 4}}}}, None),
+        ({"args": {"additional-config": {"finegrained_tp_config": None}}}, {}),
+        ({"args": {"additional-config": None}}, {}),
+        ({"guideArgs": {"additional-config": None}}, {}),
+    ],
+    ids=["yours-beside", "yours-wins", "your-null-inside", "your-null-flag", "guide-null"],
+)
+def test_the_guides_flags_lie_under_yours(render: Renderer, decode: dict, expected: dict | None):
+    rendered = render(overrides={"decode": decode})
+    got = additional_config(rendered)
+    assert got.pop("recompute_scheduler_enable") is True
+    if expected is None:
+        expected = {"finegrained_tp_config": {"lmhead_tensor_parallel_size": 4}}
+    assert got == expected
+
+
+def test_the_guides_additional_config_keys_are_read_at_every_vllm_ascend_version():
+    """guideArgs drops only what a version refuses at start; a key a version does not read at all
+    would be ignored there without a word (the validate.engineVersion rules refuse it), so every
+    key of the guide's --additional-config must be one each vLLM-Ascend version reads."""
+    values = yaml.safe_load((paths.CHART / "values.yaml").read_text())
+    keys = {k for role in ("prefill", "decode") for k in (values[role]["guideArgs"].get("additional-config") or {})}
+    assert keys == {"finegrained_tp_config"}
+    for version, row in profiles.load()["engines"].items():
+        if row["vllmAscend"]:
+            read = json.loads((paths.ENGINE_DATA / version / "vllm-ascend.json").read_text())["additionalConfigKeys"]
+            assert keys <= set(read), version
+
+
+@pytest.mark.parametrize(
+    ("values", "version"),
+    [
+        ({"image": {"tag": "v0.23.0.post1-a3"}}, "v0.23.0"),
+        ({"image": {"tag": "v0.18.0.post2-a3"}}, "v0.18.0"),
+        ({"image": {"tag": "v0.23.0.post1-a3-openeuler"}}, "v0.23.0"),
+        ({"accelerator": {"type": "ascend-a2"}, "image": {"tag": "v0.23.0.post1"}}, "v0.23.0"),
+        ({"image": {"tag": "v0.23.0.post1-a3"}, "engine": {"version": "v0.23.0"}}, "v0.23.0"),
+    ],
+    ids=["a3", "a3-v0.18.0", "a3-openeuler", "a2", "with-engine-version"],
+)
+def test_a_post_release_tag_selects_its_releases_version(render: Renderer, crds, values: dict, version: str):
+    """Issue 40 item 8: vLLM-Ascend's current stable is a post release (v0.23.0.post1-a3); it is
+    checked with its release's data."""
+    rendered = render(overrides=values)
+    assert_valid(rendered, crds)
+    tag = values["image"]["tag"]
+    assert rendered.container("decode")["image"] == f"quay.io/ascend/vllm-ascend:{tag}"
+    assert rendered.modelserving["metadata"]["annotations"]["mooncake-pd/engine-version"] == version
+    assert profiles.tag_version(tag) == version and profiles.engine_version(values) == version
+
+
+def test_a_release_candidate_is_refused_unless_engine_version_names_its_data(render: Renderer):
+    message = render.error(overrides={"image": {"tag": "v0.23.0rc1-a3"}})
+    assert 'image.tag: "v0.23.0rc1-a3" is a release candidate of v0.23.0, not a release the chart supports' in message
+    assert "use the release's tag (v0.23.0-a3; the chart knows v0.13.0, v0.18.0, v0.23.0 on ascend-a3)" in message
+    assert "engine.version: required" not in message
+    # engine.version takes it as a build of your own, checked with that release's data.
+    rendered = render(overrides={"image": {"tag": "v0.23.0rc1-a3"}, "engine": {"version": "v0.23.0"}})
+    assert rendered.modelserving["metadata"]["annotations"]["mooncake-pd/engine-version"] == "v0.23.0"
+
+
+VENDOR = "quay.io/ascend/vllm-ascend"
+MIRROR = "registry.local/vllm-ascend"
+
+
+@pytest.mark.parametrize(
+    ("accelerator", "repository", "tag", "owner"),
+    [
+        # The vendor's repository named (as `generate --image` names it) keeps the vendor's naming.
+        ("ascend-a3", VENDOR, "v0.23.0", "A2"),
+        ("ascend-a2", VENDOR, "v0.23.0-a3", "A3"),
+        ("ascend-a3", VENDOR, "v0.23.0-a3", None),
+        ("ascend-a3", VENDOR, "v0.23.0-a3-openeuler", None),
+        ("ascend-a3", "", "v0.23.0-a3-openeuler", None),
+        ("ascend-a3", "", "v0.23.0-openeuler", "A2"),
+        ("ascend-a2", "", "v0.23.0-openeuler", None),
+        # A mirror's tags are its own: refused only where they carry another accelerator's variant.
+        ("ascend-a3", MIRROR, "v0.23.0", None),
+        ("ascend-a2", MIRROR, "v0.23.0-a3", "A3"),
+        ("ascend-a2", MIRROR, "v0.23.0-a3-openeuler", "A3"),
+        ("ascend-a2", MIRROR, "v0.23.0", None),
+    ],
+)
+def test_the_image_tags_variant_must_match_the_accelerator(
+    render: Renderer, accelerator: str, repository: str, tag: str, owner: str | None
+):
+    """Issue 40 item 2: the A2 image with --accelerator ascend-a3 rendered whenever image.repository
+    was set, as `generate --image` sets it."""
+    values = {"accelerator": {"type": accelerator}, "image": {"repository": repository, "tag": tag}}
+    if owner is None:
+        assert render(overrides=values).container("prefill")["image"] == f"{repository or VENDOR}:{tag}"
+        return
+    message = render.error(overrides=values)
+    of = f" of {repository}" if repository else ""
+    expected = f'image.tag: "{tag}"{of} is the vLLM-Ascend image for {owner}, but accelerator.type is {accelerator}'
+    assert expected in message
+    assert message.count("\n  - ") == 1, message
 
 
 def test_finegrained_tp_must_divide_the_roles_data_parallel(render: Renderer):
@@ -291,6 +456,8 @@ def test_the_tooling_picks_the_version_as_the_chart_does():
         ({"image": {"tag": "v0.23.0rc1-a3"}, "engine": {"version": "v0.23.0"}}, "v0.23.0"),
         ({"engine": {"version": "v0.18.0"}, "image": {"tag": "latest"}}, "v0.18.0"),
         ({"accelerator": {"type": "nvidia"}}, "v0.13.0"),
+        ({"image": {"tag": "v0.23.0.post1-a3"}}, "v0.23.0"),
+        ({"image": {"tag": "v0.18.0.post3"}}, "v0.18.0"),
     ]
     for values, expected in cases:
         assert profiles.engine_version(values) == expected, values
@@ -335,7 +502,9 @@ def test_generate_writes_a_version_and_drops_what_it_refuses(tmp_path: Path):
     )
     newer = generate.generate(model, engine_version="v0.23.0", **common).values
     assert newer["engine"]["version"] == "v0.23.0"
-    assert newer["decode"]["args"]["additional-config"] == {"finegrained_tp_config": None}
+    # The guide's finegrained TP is no longer in args, so generate writes nothing of it: the
+    # chart drops decode.guideArgs' where the version refuses it.
+    assert "additional-config" not in newer["decode"].get("args", {})
     older = generate.generate(model, **common).values
     assert "version" not in older.get("engine", {})
     with pytest.raises(

@@ -125,10 +125,24 @@ template time before. */}}
 {{- toJson $runs -}}
 {{- end }}
 
-{{/* The engine version a release tag names ("v0.23.0" of v0.23.0-a3, v0.23.0-a3-openeuler or
-v0.23.0), or "" for a tag that names none (latest, a build of your own, an rc). */}}
+{{/* The engine version a release tag names, or "" for a tag that names none (latest, a build
+of your own, a release candidate). A release tag is v<major>.<minor>.<patch>, alone or with
+suffixes (v0.23.0-a3, v0.23.0-a3-openeuler, v0.23.0); a post release of it (v0.23.0.post1-a3:
+vLLM-Ascend's fixes on that release, its current stable on 2026-09-21) names the release's
+version, whose data the chart checks it with (profiles.yaml keys engine versions by release,
+and a post release changes no flag, KV-transfer key or port the chart writes). */}}
 {{- define "mooncake-pd.profile.tagVersion" -}}
-{{- if regexMatch "^v[0-9]+[.][0-9]+[.][0-9]+(-[a-z0-9]+)*$" (toString .) -}}
+{{- if regexMatch "^v[0-9]+[.][0-9]+[.][0-9]+([.]post[0-9]+)?(-[a-z0-9]+)*$" (toString .) -}}
+{{- regexFind "^v[0-9]+[.][0-9]+[.][0-9]+" (toString .) -}}
+{{- end -}}
+{{- end }}
+
+{{/* The release a release-candidate tag leads to ("v0.23.0" of v0.23.0rc1-a3), or "". A
+candidate is not a supported release: its flags and connectors are neither the release's
+before nor the data of files/engines/ (read from releases' packages); the validate.engineVersion
+rules refuse it unless engine.version says which release's data to check it with. */}}
+{{- define "mooncake-pd.profile.tagCandidate" -}}
+{{- if regexMatch "^v[0-9]+[.][0-9]+[.][0-9]+rc[0-9]+(-[a-z0-9]+)*$" (toString .) -}}
 {{- regexFind "^v[0-9]+[.][0-9]+[.][0-9]+" (toString .) -}}
 {{- end -}}
 {{- end }}

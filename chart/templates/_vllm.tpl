@@ -135,12 +135,13 @@ its values single-quoted. (dict "flags" $map "negatives" $negatives "indent" 2) 
 {{- end }}
 {{- end }}
 
-{{/* A role's vllm serve flags: engine.args overlaid by <role>.args, with the recompute
-scheduler merged into --additional-config on the roles the engine version applies it to
-(profiles.yaml recomputeSchedulerRoles: both at v0.13.0, decode alone from v0.23.0). JSON map.
+{{/* A role's vllm serve flags: its guide flags where the release accepts them under engine.args
+overlaid by <role>.args (mooncake-pd.vllm.guideArgs), with the recompute scheduler merged into
+--additional-config on the roles the engine version applies it to (profiles.yaml
+recomputeSchedulerRoles: both at v0.13.0, decode alone from v0.23.0). JSON map.
 Context: (dict "root" $ "role" "prefill"). */}}
 {{- define "mooncake-pd.vllm.serveArgs" -}}
-{{- $args := include "mooncake-pd.util.overlay" (dict "base" .root.Values.engine.args "over" (index .root.Values .role).args) | fromJson -}}
+{{- $args := (include "mooncake-pd.vllm.guideArgs" . | fromJson).args -}}
 {{- $roles := (include "mooncake-pd.profile" .root | fromJson).engine.recomputeSchedulerRoles -}}
 {{- if and (include "mooncake-pd.profile.recomputeScheduler" .root) (has .role $roles) }}
 {{- $additional := deepCopy (get $args "additional-config" | default dict) }}
@@ -148,4 +149,117 @@ Context: (dict "root" $ "role" "prefill"). */}}
 {{- $_ := set $args "additional-config" $additional }}
 {{- end }}
 {{- toJson $args -}}
+{{- end }}
+
+{{/* A role's flags before the recompute scheduler, as JSON {args, dropped}. <role>.guideArgs
+holds the vendor guide's flags that not every release accepts (decode's
+finegrained_tp_config.lmhead_tensor_parallel_size); they are kept apart from <role>.args so
+that the chart can tell its defaults from your settings, which helm's merge of your values over
+the chart's would hide. args: guideArgs with your flags (engine.args overlaid by <role>.args)
+laid over them as helm lays values over defaults (mooncake-pd.vllm.mergeFlags: key by key
+inside a map value, your null removes the guide's key), less each value of the guide's that the
+release refuses and yours did not set; dropped: those, as "<role>.guideArgs.<path>: why" (the
+ModelServing's annotation mooncake-pd/dropped-guide-args, NOTES and `mooncake-pd render`'s
+summary list them). The same value set in <role>.args is yours, and the validate rules refuse
+it. What a release refuses of the guide's: finegrained_tp_config sizes
+(mooncake-pd.vllm.finegrainedProblem); a new refusal of a guide flag goes here too. Kept on the
+root context per role (the start scripts and three rule groups read it). (dict "root" $ "role"
+"decode") */}}
+{{- define "mooncake-pd.vllm.guideArgs" -}}
+{{- $key := printf "mooncakePdGuideArgs-%s" .role -}}
+{{- if not (hasKey .root $key) -}}
+{{- $_ := set .root $key (include "mooncake-pd.vllm.guideArgsRender" .) -}}
+{{- end -}}
+{{- get .root $key -}}
+{{- end }}
+
+{{- define "mooncake-pd.vllm.guideArgsRender" -}}
+{{- $values := index .root.Values .role -}}
+{{- $guide := $values.guideArgs | default dict -}}
+{{- $user := include "mooncake-pd.util.overlay" (dict "base" .root.Values.engine.args "over" $values.args) | fromJson -}}
+{{- $args := include "mooncake-pd.vllm.mergeFlags" (dict "base" $guide "over" $user "top" true) | fromJson -}}
+{{- $dropped := list -}}
+{{- $merged := get $args "additional-config" -}}
+{{- $guideSizes := dict -}}
+{{- $userAdditional := get $user "additional-config" -}}
+{{- $userSizes := dict -}}
+{{- if kindIs "map" (get $guide "additional-config") }}{{ $guideSizes = get (get $guide "additional-config") "finegrained_tp_config" }}{{ end -}}
+{{- if kindIs "map" $userAdditional }}{{ $userSizes = get $userAdditional "finegrained_tp_config" }}{{ end -}}
+{{- if and (kindIs "map" $guideSizes) (kindIs "map" $merged) (kindIs "map" (get $merged "finegrained_tp_config")) }}
+{{- $sizes := get $merged "finegrained_tp_config" }}
+{{- range $k, $size := $guideSizes }}
+{{- $yours := and (kindIs "map" $userSizes) (hasKey $userSizes $k) }}
+{{- if and (not $yours) (hasKey $sizes $k) (kindIs "float64" $size) (gt (int $size) 0) }}
+{{- $problem := include "mooncake-pd.vllm.finegrainedProblem" (dict "root" $.root "role" $.role "size" $size) | fromJson }}
+{{- if $problem.reason }}
+{{- $_ := unset $sizes $k }}
+{{- $dropped = append $dropped (printf "%s.guideArgs.additional-config.finegrained_tp_config.%s: %s" $.role $k $problem.reason) }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- /* A map the drops emptied goes too, unless yours set it (an empty one is yours). */ -}}
+{{- if and (not $sizes) (not (and (kindIs "map" $userAdditional) (hasKey $userAdditional "finegrained_tp_config"))) }}
+{{- $_ := unset $merged "finegrained_tp_config" }}
+{{- end }}
+{{- if and (not $merged) (not (hasKey $user "additional-config")) }}
+{{- $_ := unset $args "additional-config" }}
+{{- end }}
+{{- end }}
+{{- toJson (dict "args" $args "dropped" $dropped) -}}
+{{- end }}
+
+{{/* What the release refuses of both roles' guideArgs and the chart therefore dropped
+(mooncake-pd.vllm.guideArgs), as a JSON list of "<role>.guideArgs.<path>: why". */}}
+{{- define "mooncake-pd.vllm.droppedGuideArgs" -}}
+{{- $dropped := list -}}
+{{- range $role := list "prefill" "decode" }}
+{{- $dropped = concat $dropped (include "mooncake-pd.vllm.guideArgs" (dict "root" $ "role" $role) | fromJson).dropped }}
+{{- end }}
+{{- toJson $dropped -}}
+{{- end }}
+
+{{/* .over laid on .base as helm lays your values over a chart's defaults: a map over a map
+merges key by key, a null over a key the map has removes it, anything else replaces. At the top
+of a flag map ("top" true) a null stays: the chart writes nothing for a null flag
+(mooncake-pd.vllm.flagWords), as for one a role's args remove from engine.args. JSON.
+(dict "base" $guide "over" $yours "top" true) */}}
+{{- define "mooncake-pd.vllm.mergeFlags" -}}
+{{- $out := dict -}}
+{{- range $k, $v := .base | default dict }}{{ $_ := set $out $k $v }}{{ end -}}
+{{- range $k, $v := .over | default dict }}
+{{- $b := get $out $k }}
+{{- if and (kindIs "map" $v) (kindIs "map" $b) }}
+{{- $_ := set $out $k (include "mooncake-pd.vllm.mergeFlags" (dict "base" $b "over" $v) | fromJson) }}
+{{- else if and (kindIs "invalid" $v) (not $.top) (hasKey $out $k) }}
+{{- $_ := unset $out $k }}
+{{- else }}
+{{- $_ := set $out $k $v }}
+{{- end }}
+{{- end }}
+{{- toJson $out -}}
+{{- end }}
+
+{{/* Why the release refuses a finegrained_tp_config size (lmhead_tensor_parallel_size, ...) in
+a role's --additional-config, as JSON {kind, reason}, {} where it accepts it. Only where the
+engines read --additional-config (vLLM-Ascend, on a family with additionalConfig):
+- moe: from vLLM-Ascend v0.23.0 only a mixture-of-experts model may set one (profiles.yaml
+  finegrainedTpModels; VA@v0.23.0 vllm_ascend/ascend_config.py ~590, "The finegrained tp sizes
+  can be enabled only for MOE models", AssertionError at start), and model.moe is false;
+- divide: the size does not divide the role's data parallel size (FinegrainedTPConfig in
+  vllm_ascend/ascend_config.py at every tag, AssertionError at start).
+The validate.engineVersion rules refuse yours with it; mooncake-pd.vllm.guideArgs drops the
+guide's. (dict "root" $ "role" "decode" "size" 2) */}}
+{{- define "mooncake-pd.vllm.finegrainedProblem" -}}
+{{- $profile := include "mooncake-pd.profile" .root | fromJson -}}
+{{- $engine := $profile.engine -}}
+{{- $data := int (index .root.Values .role).parallelism.data -}}
+{{- if not (and $engine.vllmAscend $profile.additionalConfig) -}}
+{}
+{{- else if and (eq $engine.finegrainedTpModels "moe") (not .root.Values.model.moe) -}}
+{{- toJson (dict "kind" "moe" "reason" (printf "vLLM-Ascend %s enables finegrained TP only for mixture-of-experts models (\"The finegrained tp sizes can be enabled only for MOE models\" at start), and model.moe is false" $engine.vllmAscend)) -}}
+{{- else if ne 0 (mod $data (int .size)) -}}
+{{- toJson (dict "kind" "divide" "reason" (printf "%d does not divide %s.parallelism.data (%d), which vLLM-Ascend requires (AssertionError at start)" (int .size) .role $data)) -}}
+{{- else -}}
+{}
+{{- end -}}
 {{- end }}

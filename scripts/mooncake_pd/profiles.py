@@ -137,13 +137,15 @@ class Profile:
         return dict(self.engine["connectors"][name or self.connectors[0]])
 
 
-# A release tag: v<major>.<minor>.<patch>, alone or with suffixes (-a3, -openeuler, -310p);
-# the chart's mooncake-pd.profile.tagVersion.
-_RELEASE_TAG = re.compile(r"^(v[0-9]+\.[0-9]+\.[0-9]+)(-[a-z0-9]+)*$")
+# A release tag: v<major>.<minor>.<patch>, alone or with suffixes (-a3, -openeuler, -310p), or
+# a post release of it (v0.23.0.post1-a3), which names the release's version; the chart's
+# mooncake-pd.profile.tagVersion. A release candidate (v0.23.0rc1) names none.
+_RELEASE_TAG = re.compile(r"^(v[0-9]+\.[0-9]+\.[0-9]+)(\.post[0-9]+)?(-[a-z0-9]+)*$")
 
 
 def tag_version(tag: str | None) -> str:
-    """The engine version a release tag names ("v0.23.0" of v0.23.0-a3), or ""."""
+    """The engine version a release tag names ("v0.23.0" of v0.23.0-a3 and of v0.23.0.post1-a3),
+    or ""."""
     match = _RELEASE_TAG.match(str(tag or ""))
     return match.group(1) if match else ""
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 
 from mooncake_pd import profiles
@@ -55,6 +56,14 @@ def _engine_id(kv: dict, version: str | None) -> str:
     return engine_id
 
 
+def dropped_guide_args(modelserving: Manifest) -> list[str]:
+    """The guide's flags (<role>.guideArgs) the chart left out because the engine version or the
+    model refuses them, as "key: why" (the ModelServing's annotation mooncake-pd/dropped-guide-args,
+    a JSON list, written by chart/templates/_vllm.tpl mooncake-pd.vllm.droppedGuideArgs)."""
+    text = (modelserving["metadata"].get("annotations") or {}).get("mooncake-pd/dropped-guide-args")
+    return [str(item) for item in json.loads(text)] if text else []
+
+
 def _accelerator(resources: dict) -> str:
     limits = resources.get("limits", {})
     devices = [f"{v} x {k}" for k, v in limits.items() if "/" in k]
@@ -72,6 +81,7 @@ def summarize(objects: list[Manifest], runs: list[EngineRun]) -> str:
     if version:
         container = spec["template"]["roles"][0]["entryTemplate"]["spec"]["containers"][0]
         lines.append(f"Engine version {version} ({engine_name(version, _profile(container))}): {container['image']}")
+    lines += [f"  guide's default left out: {d}" for d in dropped_guide_args(modelserving)]
     by_role = {r.role: r for r in runs}
     for role in spec["template"]["roles"]:
         container = role["entryTemplate"]["spec"]["containers"][0]

@@ -9,10 +9,27 @@ messages ("key: problem; fix") as a JSON list; validate-values.yaml collects the
 {{- $profile := include "mooncake-pd.profile" . | fromJson -}}
 {{- $settings := include "mooncake-pd.profile.settings" . | fromJson -}}
 {{- /* The engine image's tag tells some accelerators of a family apart (vLLM-Ascend's A3 images
-end in -a3): the tag belongs to the accelerator whose suffix it ends in, else to the one
-without a suffix. */ -}}
-{{- $tag := .Values.image.tag }}
-{{- if and (not .Values.image.repository) $tag $profile.imageTag }}
+carry -a3: v0.23.0-a3, v0.23.0-a3-openeuler, v0.23.0.post1-a3; its A2 images none). A tag
+carries an accelerator's variant where it holds that accelerator's imageTag.suffix as a
+dash-separated part (profiles.yaml accelerators.*.imageTag). Which image a tag is:
+- in the family's own repositories (image.repository empty or one the engines table lists for
+  an accelerator of the family, quay.io/ascend/vllm-ascend), the vendor's naming holds: a tag
+  belongs to the accelerator whose variant it carries, else to the one without a suffix (so
+  v0.23.0 there is the A2 image);
+- in another repository (a private mirror, a build of your own) its tags are its own: only a tag
+  carrying another accelerator's variant is refused; one carrying none is accepted.
+`mooncake-pd generate --image repo:tag` sets image.repository, so the vendor's repository must
+be checked as the empty one is. */ -}}
+{{- $tag := toString .Values.image.tag }}
+{{- if and $tag $profile.imageTag }}
+{{- $vendor := list }}
+{{- range $version, $engine := $table.engines }}
+{{- range $name, $image := $engine.images }}
+{{- if eq (get $table.accelerators $name | default dict).family $profile.family }}{{ $vendor = append $vendor $image.repository }}{{ end }}
+{{- end }}
+{{- end }}
+{{- $repository := toString .Values.image.repository }}
+{{- $ownNaming := or (not $repository) (has $repository $vendor) }}
 {{- $owner := "" }}
 {{- $plain := "" }}
 {{- $suffixes := list }}
@@ -21,14 +38,15 @@ without a suffix. */ -}}
 {{- if not $row.imageTag.suffix }}{{ $plain = $name }}
 {{- else }}
 {{- $suffixes = append $suffixes $row.imageTag.suffix }}
-{{- if hasSuffix $row.imageTag.suffix $tag }}{{ $owner = $name }}{{ end }}
+{{- if contains (printf "%s-" $row.imageTag.suffix) (printf "-%s-" $tag) }}{{ $owner = $name }}{{ end }}
 {{- end }}
 {{- end }}
 {{- end }}
-{{- $owner = default $plain $owner }}
+{{- if $ownNaming }}{{ $owner = default $plain $owner }}{{ end }}
 {{- if and $owner (ne $owner $profile.type) }}
 {{- $hint := ternary (printf "a tag ending in %s" $profile.imageTag.suffix) (printf "a tag without %s" (join " or " $suffixes)) (ne $profile.imageTag.suffix "") }}
-{{- $errors = append $errors (printf "image.tag: %q is the %s, but accelerator.type is %s; use %s, or leave image.tag empty for the profile's" $tag (get $table.accelerators $owner).imageTag.name $profile.type $hint) }}
+{{- $of := ternary "" (printf " of %s" $repository) (not $repository) }}
+{{- $errors = append $errors (printf "image.tag: %q%s is the %s, but accelerator.type is %s; use %s, or leave image.tag empty for the profile's" $tag $of (get $table.accelerators $owner).imageTag.name $profile.type $hint) }}
 {{- end }}
 {{- end }}
 {{- /* The chart requests each role's devices itself (tensor x dataLocal), and one pod cannot

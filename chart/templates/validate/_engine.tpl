@@ -80,22 +80,24 @@ map); a family's values section reaches them where its profile says so (settings
 {{- $errors = append $errors (printf "engine.recomputeScheduler: true is a vLLM-Ascend setting, but accelerator.type is %s; use auto or false" .Values.accelerator.type) }}
 {{- end }}
 {{- end }}
-{{- /* vllm serve flags in args: the chart's own (set their values key instead), and vLLM's own
-options of the engine version (a misspelt flag fails at start). */ -}}
+{{- /* vllm serve flags in args (and the guide's in <role>.guideArgs): the chart's own (set
+their values key instead), and vLLM's own options of the engine version (a misspelt flag fails
+at start). */ -}}
 {{- $serveOptions := include "mooncake-pd.vllm.options" (dict "root" $ "list" "serve-flags.json") | fromJson }}
 {{- $serveNegatives := include "mooncake-pd.vllm.negatives" (dict "root" $ "list" "serve-flags.json") | fromJson }}
-{{- range $where := list "engine" "prefill" "decode" }}
-{{- $args := (index $.Values $where).args | default dict }}
+{{- range $path := list "engine.args" "prefill.args" "decode.args" "prefill.guideArgs" "decode.guideArgs" }}
+{{- $section := first (splitList "." $path) }}
+{{- $args := get (index $.Values $section) (last (splitList "." $path)) | default dict }}
 {{- $additional := get $args "additional-config" }}
 {{- if and (kindIs "map" $additional) (hasKey $additional "recompute_scheduler_enable") }}
-{{- $errors = append $errors (printf "%s.args.additional-config.recompute_scheduler_enable: the chart sets it from engine.recomputeScheduler (auto: on with the vLLM-Ascend PD proxy); set that instead and remove this key" $where) }}
+{{- $errors = append $errors (printf "%s.additional-config.recompute_scheduler_enable: the chart sets it from engine.recomputeScheduler (auto: on with the vLLM-Ascend PD proxy); set that instead and remove this key" $path) }}
 {{- end }}
 {{- range $k, $val := $args }}
 {{- if hasKey $ownedArgs $k }}
-{{- $owner := ternary (get $ownedArgs $k) (replace "<role>" $where (get $ownedArgs $k)) (eq $where "engine") }}
-{{- $errors = append $errors (printf "%s.args.%s: the chart derives --%s; %s" $where $k $k (include "mooncake-pd.validate.ownerFix" $owner)) }}
+{{- $owner := ternary (get $ownedArgs $k) (replace "<role>" $section (get $ownedArgs $k)) (eq $section "engine") }}
+{{- $errors = append $errors (printf "%s.%s: the chart derives --%s; %s" $path $k $k (include "mooncake-pd.validate.ownerFix" $owner)) }}
 {{- else }}
-{{- with include "mooncake-pd.vllm.optionProblem" (dict "where" (printf "%s.args" $where) "key" $k "value" $val "options" $serveOptions "negatives" $serveNegatives "command" "vllm serve" "version" $profile.engine.vllm) }}
+{{- with include "mooncake-pd.vllm.optionProblem" (dict "where" $path "key" $k "value" $val "options" $serveOptions "negatives" $serveNegatives "command" "vllm serve" "version" $profile.engine.vllm) }}
 {{- $errors = append $errors . }}
 {{- end }}
 {{- end }}

@@ -19,7 +19,14 @@ names no release leaves the chart nothing to check against but engine.version. *
 {{- $errors = append $errors (printf "image.tag: %s is the %s image, but engine.version is %s; set engine.version to %s (or empty: the tag then selects it), or use a %s tag" $tag $tagVersion .Values.engine.version $tagVersion .Values.engine.version) }}
 {{- else if and $tag (not $tagVersion) (not .Values.engine.version) }}
 {{- $runs := include "mooncake-pd.profile.versionsFor" . | fromJsonArray }}
-{{- $errors = append $errors (printf "engine.version: required with image.tag %q, which names no release (v<major>.<minor>.<patch>[-suffix]): the chart checks flags, KV-transfer keys and ports against the engine version; set engine.version to the vLLM(-Ascend) release that image runs, one of %s on %s" $tag (join ", " $runs) $profile.type) }}
+{{- with include "mooncake-pd.profile.tagCandidate" $tag }}
+{{- /* A release candidate (v0.23.0rc1-a3) is refused by name: it looks like a release, but the
+chart has no data of it (files/engines/ holds releases'). engine.version accepts it as a build
+of your own, checked with that release's data. */ -}}
+{{- $errors = append $errors (printf "image.tag: %q is a release candidate of %s, not a release the chart supports (it checks flags, KV-transfer keys and ports with data read from releases' packages); use the release's tag (%s; the chart knows %s on %s), or set engine.version to the release whose flags that image takes to run it as a build of your own" $tag . (regexReplaceAll "^(v[0-9]+[.][0-9]+[.][0-9]+)rc[0-9]+" $tag "${1}") (join ", " $runs) $profile.type) }}
+{{- else }}
+{{- $errors = append $errors (printf "engine.version: required with image.tag %q, which names no release (v<major>.<minor>.<patch>[.postN][-suffix]): the chart checks flags, KV-transfer keys and ports against the engine version; set engine.version to the vLLM(-Ascend) release that image runs, one of %s on %s" $tag (join ", " $runs) $profile.type) }}
+{{- end }}
 {{- end }}
 {{- /* KVTransferConfig of this version: a top-level field it lacks is refused at start where
 it forbids other keys (vLLM >= 0.18: extra="forbid"), and ignored where it does not. */ -}}
@@ -62,10 +69,11 @@ role's data parallel size and, from v0.23.0, need a mixture-of-experts model. */
 {{- range $k, $size := get $additional "finegrained_tp_config" | default dict }}
 {{- if and (kindIs "float64" $size) (gt (int $size) 0) }}
 {{- $where := printf "%s.args.additional-config.finegrained_tp_config.%s" $role $k }}
-{{- if and (eq $engine.finegrainedTpModels "moe") (not $.Values.model.moe) }}
-{{- $errors = append $errors (printf "%s: vLLM-Ascend %s enables finegrained TP only for mixture-of-experts models (\"The finegrained tp sizes can be enabled only for MOE models\" at start), and model.moe is false; %s; remove it (%s.args.additional-config.finegrained_tp_config: null), or set model.moe true if the model is one" $where $engine.vllmAscend $at $role) }}
-{{- else if ne 0 (mod (int (index $.Values $role).parallelism.data) (int $size)) }}
-{{- $errors = append $errors (printf "%s: %d does not divide %s.parallelism.data (%d), which vLLM-Ascend requires (AssertionError at start); use a divisor of %d" $where (int $size) $role (int (index $.Values $role).parallelism.data) (int (index $.Values $role).parallelism.data)) }}
+{{- $problem := include "mooncake-pd.vllm.finegrainedProblem" (dict "root" $ "role" $role "size" $size) | fromJson }}
+{{- if eq (toString $problem.kind) "moe" }}
+{{- $errors = append $errors (printf "%s: %s; %s; remove it (%s.args.additional-config.finegrained_tp_config: null), or set model.moe true if the model is one" $where $problem.reason $at $role) }}
+{{- else if eq (toString $problem.kind) "divide" }}
+{{- $errors = append $errors (printf "%s: %s; use a divisor of %d" $where $problem.reason (int (index $.Values $role).parallelism.data)) }}
 {{- end }}
 {{- end }}
 {{- end }}
