@@ -150,7 +150,7 @@ e2e-mooncake: $(TEST_STAMP) $(E2E_STAMP) $(MOONCAKE_STAMP) helm cluster-tools ##
 e2e-kthena: $(TEST_STAMP) $(E2E_STAMP) helm cluster-tools ## Only the e2e's Kthena run: the pods Kthena creates run as processes, Kthena's router carries the requests (out/e2e-kthena/).
 	$(PY) -m pytest -m e2e_kthena
 
-drills: $(TEST_STAMP) $(E2E_STAMP) helm cluster-tools ## Fault drills under a bounded load on real CPU engines, behind the proxy (prefill, decode, proxy killed; prefill restarted) and behind Kthena's router on the pods Kthena creates (engines killed; rollouts of one and two groups): out/drills/, held against docs/failure-modes.md.
+drills: $(TEST_STAMP) $(E2E_STAMP) $(MOONCAKE_STAMP) helm cluster-tools ## Fault drills under a bounded load on real CPU engines, behind the proxy (prefill, decode, proxy killed; prefill restarted; with Mooncake: prefill, decode killed) and behind Kthena's router on the pods Kthena creates (engines killed; rollouts of one and two groups): out/drills/, held against docs/failure-modes.md.
 	$(PY) scripts/drills.py
 
 ttft-split: $(TEST_STAMP) $(E2E_STAMP) helm cluster-tools ## Where a PD request's time goes (real CPU engines; the PD proxy and Kthena's router): TTFT into router, prefill, KV transfer, decode's first step; TPOT into engine and router (out/ttft-split/).

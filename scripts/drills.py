@@ -17,7 +17,9 @@ out/drills/summary.json, and held against the thresholds docs/failure-modes.md d
 drill worse than documented makes the exit code 1.
 
 Drills: prefill killed (SIGKILL), decode killed mid-stream (SIGKILL), the proxy killed
-(SIGKILL), prefill restarted (SIGTERM, as a rollout stops it).
+(SIGKILL), prefill restarted (SIGTERM, as a rollout stops it). Then prefill and decode killed with
+MooncakeConnector moving the KV cache (Mooncake's transfer engine over TCP, a model whose KV head
+count is its block size: tests/test_e2e_mooncake.py), named mooncake-<drill>.
 
 Then the drills behind Kthena's router (run_kthena_drills): the local cluster, the same preset
 with router.type kthena, the engine pods Kthena v1.0.0's controller creates run by the process
@@ -52,11 +54,13 @@ from mooncake_pd import drill  # noqa: E402
 from support.localpods import ENGINE_NICE, wait_ready  # noqa: E402
 from support.pdcheck import (  # noqa: E402
     MAX_TOKENS,
+    MOONCAKE_KV_HEADS,
     PROMPTS,
     READY_TIMEOUT,
     completions,
     engine,
     local_run,
+    mooncake_values,
     pd_setup,
     proxy_container,
     render,
@@ -87,6 +91,10 @@ ROUTER_RESTARTS = 4
 RESYNC_ANNOTATION = "mooncake-pd.io/router-resync"
 PROXY = ("127.0.0.1", 8080)
 PROXY_DRILLS = ("prefill-killed", "decode-killed", "proxy-killed", "prefill-restarted")
+# The same behind the proxy with MooncakeConnector moving the KV cache (Mooncake's transfer engine
+# over TCP; tests/test_e2e_mooncake.py's setup): its engines killed, each drill's name prefixed.
+MOONCAKE_PREFIX = "mooncake-"
+MOONCAKE_DRILLS = (f"{MOONCAKE_PREFIX}prefill-killed", f"{MOONCAKE_PREFIX}decode-killed")
 # The drills behind Kthena's router (run_kthena_drills), after the proxy's: each with the values
 # of its deployment over kthenarun.VALUES (one deployment per distinct set, in this order).
 KTHENA_DRILLS: dict[str, dict[str, Any]] = {
@@ -212,11 +220,15 @@ def kill(proc) -> None:
         os.killpg(proc.popen.pid, signal.SIGKILL)
 
 
-def run_drills(run, only: set[str] | None) -> dict[str, Any]:
-    if only and not only & set(PROXY_DRILLS):
+def run_drills(
+    run, only: set[str] | None, names: tuple[str, ...] = PROXY_DRILLS, prefix: str = "", mooncake: bool = False
+) -> dict[str, Any]:
+    """The drills `names` behind the proxy (each a PROXY_DRILLS name after `prefix`); mooncake:
+    with MooncakeConnector and a model it runs (pdcheck.mooncake_values), else NixlConnector."""
+    if only and not only & set(names):
         return {"summaries": [], "reference": None, "liveness": {}}
     processes = run.processes
-    setup = pd_setup(run)
+    setup = pd_setup(run, mooncake_values(), MOONCAKE_KV_HEADS) if mooncake else pd_setup(run)
     roles = setup.roles
     plain, plain_url = start_plain_engine(run, setup)
     reference, _ = completions(plain_url, concurrent=False)
@@ -237,7 +249,7 @@ def run_drills(run, only: set[str] | None) -> dict[str, Any]:
 
     for name in ("prefill", "decode", "proxy"):
         start(name)
-    # One request through the pair before the clock runs: the NIXL handshake is not a drill.
+    # One request through the pair before the clock runs: the connector's handshake is not a drill.
     stream(0)
 
     def relive(name: str) -> float:
@@ -285,8 +297,8 @@ def run_drills(run, only: set[str] | None) -> dict[str, Any]:
     def clock() -> float:
         return time.monotonic() - origin
 
-    for name, act in drills.items():
-        if only and name not in only:
+    for name, act in ((f"{prefix}{n}", a) for n, a in drills.items()):
+        if name not in names or (only and name not in only):
             continue
         summary = drive(name, act, clock, reference, PROXY)
         summaries.append(summary)
@@ -511,12 +523,16 @@ def main(argv: list[str] | None = None) -> int:
         }
 
     only = set(args.only) if args.only else None
-    every = [*PROXY_DRILLS, *KTHENA_DRILLS]
+    every = [*PROXY_DRILLS, *MOONCAKE_DRILLS, *KTHENA_DRILLS]
     unknown = (only or set()) - set(every)
     if unknown:
         parser.error(f"no drill {', '.join(sorted(unknown))}: the drills are {', '.join(every)}")
     with local_run(OUT, "mooncake-pd-drills-", summary) as run:
         result.update(run_drills(run, only))
+        mooncake = run_drills(run, only, MOONCAKE_DRILLS, MOONCAKE_PREFIX, mooncake=True)
+        result["summaries"] = result["summaries"] + mooncake["summaries"]
+        result["liveness"] = {**result["liveness"], **mooncake["liveness"]}
+        # The Kthena drills make the NIXL runs' model again: its reference is the proxy drills'.
         kthena = run_kthena_drills(run, only, result["reference"])
         result["summaries"] = result["summaries"] + kthena["summaries"]
         result["kubelet"] = kthena["kubelet"]

@@ -42,6 +42,7 @@ from support.localpods import ENGINE_NICE, Network, get_text, post_json, prepare
 from support.localverify import LocalCore, LocalCustom, helm_test_container, local_canary_io, pod_view
 from support.pdcheck import (
     MAX_TOKENS,
+    MOONCAKE_KV_HEADS,
     PREFILL_ASK,
     PROMPTS,
     READY_TIMEOUT,
@@ -52,30 +53,16 @@ from support.pdcheck import (
     judge,
     local_run,
     metrics_url,
+    mooncake_values,
     pd_setup,
     proxy_container,
+    require_mooncake,
     start_plain_engine,
 )
 
 pytestmark = [pytest.mark.e2e, pytest.mark.e2e_mooncake]
 
 OUT = paths.REPO / "out" / "e2e-mooncake"
-MOONCAKE = paths.REPO / ".tools" / "mooncake"
-# The newest Mooncake release (requirements-mooncake.txt): what a vLLM CPU image would install.
-TRANSFER_ENGINE = "0.3.13.post1"
-# KV heads = block size (see the module's docstring).
-KV_HEADS = 32
-VALUES: dict[str, Any] = {
-    "kvTransfer.connector": "MooncakeConnector",
-    # Sender threads per prefill (vllm 0.13 mooncake_connector.py num_workers, 10 by default):
-    # two engines share 2 cores here.
-    "kvTransfer.extraConfig": {"num_workers": 2},
-    "engine.args.block-size": KV_HEADS,
-    # The engine image with Mooncake installed: its wheel's folder and libibverbs, which its
-    # engine.so links whether or not an RDMA device exists.
-    "engine.env.PYTHONPATH": str(MOONCAKE / TRANSFER_ENGINE),
-    "engine.env.LD_LIBRARY_PATH": str(MOONCAKE / "lib"),
-}
 # What prefill logs for a decode request it does not know (vllm 0.13 mooncake_connector.py
 # send_kv_to_decode ~594-598): the one trace of the mismatched-id case.
 NOT_FOUND = "not found in reqs_need_send"
@@ -115,14 +102,9 @@ class MooncakeRun:
     peak_rss: int = 0
 
 
-def _require_mooncake() -> None:
-    if not (MOONCAKE / ".installed").exists():
-        pytest.fail(f"Mooncake's transfer engine is missing ({MOONCAKE}): run scripts/install-mooncake.sh")
-
-
 @pytest.fixture(scope="module")
 def mooncake() -> MooncakeRun:
-    _require_mooncake()
+    require_mooncake()
     result = MooncakeRun()
 
     def summary(run: LocalRun) -> dict[str, Any]:
@@ -142,7 +124,7 @@ def mooncake() -> MooncakeRun:
 
 def _run(result: MooncakeRun, run: LocalRun) -> None:
     clock = time.monotonic()
-    setup = pd_setup(run, VALUES, kv_heads=KV_HEADS)
+    setup = pd_setup(run, mooncake_values(), kv_heads=MOONCAKE_KV_HEADS)
     result.timings["model_and_render"] = time.monotonic() - clock
 
     # 1. The reference: decode's flags without the connector, on one plain engine.
@@ -348,7 +330,7 @@ class RoutedRun:
 @pytest.fixture(scope="module")
 def mooncake_routed(cluster, mooncake: MooncakeRun) -> RoutedRun:
     """After the proxy's run (its engines stopped): the engines run in one place at a time."""
-    _require_mooncake()
+    require_mooncake()
     result = RoutedRun()
 
     def summary(run: LocalRun) -> dict[str, Any]:
@@ -356,7 +338,7 @@ def mooncake_routed(cluster, mooncake: MooncakeRun) -> RoutedRun:
         return {"timings_s": {k: round(v, 1) for k, v in result.timings.items()}, "problems": result.proof.problems}
 
     with local_run(OUT.with_name("e2e-mooncake-kthena"), "mooncake-pd-e2e-mooncake-kthena-", summary) as run:
-        setup = pd_setup(run, {**KTHENA_VALUES, **VALUES}, kv_heads=KV_HEADS)
+        setup = pd_setup(run, {**KTHENA_VALUES, **mooncake_values()}, kv_heads=MOONCAKE_KV_HEADS)
         server = manifests.one(setup.objects, "ModelServer")
         result.router_type = server["spec"]["kvConnector"]["type"]
         plain, plain_url = start_plain_engine(run, setup)

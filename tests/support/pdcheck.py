@@ -69,6 +69,35 @@ NIXL_BYTES = "vllm:nixl_bytes_transferred_sum"
 # Where the reference engine listens: decode's flags without the connector (plain_engine_shim).
 PLAIN_PORT = 7199
 
+# Mooncake's transfer engine for the engines (scripts/install-mooncake.sh): the newest release,
+# what a vLLM CPU image would install, and libibverbs, which its engine.so links.
+MOONCAKE_TOOLS = paths.REPO / ".tools" / "mooncake"
+MOONCAKE_TRANSFER_ENGINE = "0.3.13.post1"
+# MooncakeConnector asserts block_size == cache.shape[-3] (vllm 0.13 mooncake_connector.py
+# ~713-714), in vLLM's CPU KV-cache layout (2, blocks, kv_heads, block_size, head_size) the KV head
+# count: the Mooncake runs' model has as many KV heads as tokens in a block.
+MOONCAKE_KV_HEADS = 32
+
+
+def mooncake_values() -> dict[str, Any]:
+    """The values a run with MooncakeConnector sets over the cpu preset (tests/test_e2e_mooncake.py,
+    scripts/drills.py), for a model made with kv_heads=MOONCAKE_KV_HEADS."""
+    return {
+        "kvTransfer.connector": "MooncakeConnector",
+        # Sender threads per prefill (num_workers, 10 by default): two engines share 2 cores here.
+        "kvTransfer.extraConfig": {"num_workers": 2},
+        "engine.args.block-size": MOONCAKE_KV_HEADS,
+        # The engine image with Mooncake installed: its wheel's folder and libibverbs.
+        "engine.env.PYTHONPATH": str(MOONCAKE_TOOLS / MOONCAKE_TRANSFER_ENGINE),
+        "engine.env.LD_LIBRARY_PATH": str(MOONCAKE_TOOLS / "lib"),
+    }
+
+
+def require_mooncake() -> None:
+    """Fail (not skip) where scripts/install-mooncake.sh has not run."""
+    if not (MOONCAKE_TOOLS / ".installed").exists():
+        pytest.fail(f"Mooncake's transfer engine is missing ({MOONCAKE_TOOLS}): run scripts/install-mooncake.sh")
+
 
 def complete(base: str, prompt: str) -> dict[str, Any]:
     return post_json(
