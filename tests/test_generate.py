@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import subprocess
@@ -527,6 +528,26 @@ def test_the_prefill_decode_tp_rule_is_the_profiles_connectors(tmp_path: Path, r
     nvidia = cli(*args, "--accelerator", "nvidia", "--output", tmp_path / "n.yaml")
     assert nvidia.returncode == 0, nvidia.stderr
     assert_valid(render((tmp_path / "n.yaml",)), crds)
+
+
+def test_nixl_on_vllm_0_13_needs_decode_tp_a_multiple_of_prefill_tp_and_later_versions_either_way(
+    tmp_path: Path, render: Renderer
+):
+    """NVIDIA's NIXL at v0.13.0 (tensorRule decodeMultiple): prefill TP 4 with decode TP 2 was
+    written and then refused by render (issue 40 item 1); from v0.18.0 (divisible) it renders."""
+    args = ("generate", "--model-dir", MODELS / "Qwen3-8B", "--accelerator", "nvidia", "--prefill-dp", "1")
+    refused = cli(*args, "--prefill-tp", "4", "--decode-tp", "2", "--output", tmp_path / "a.yaml")
+    assert refused.returncode == 2, refused.stdout
+    assert "--decode-tp 2: not a multiple of --prefill-tp 4; NixlConnector" in refused.stderr
+    assert "valid --decode-tp: 4, 8" in refused.stderr and not (tmp_path / "a.yaml").exists()
+    later = tmp_path / "b.yaml"
+    ok = cli(*args, "--prefill-tp", "4", "--decode-tp", "2", "--engine-version", "v0.18.0", "--output", later)
+    assert ok.returncode == 0, ok.stderr
+    assert render((later,)).one("ModelServing")
+    # 32 heads allow no TP pair that fails "divisible"; the rule itself, as the chart words it:
+    rule = dataclasses.replace(gen.ACCELERATORS["nvidia"], tensor_rule="divisible")
+    with pytest.raises(gen.GenerateError, match="do not divide one another"):
+        gen.check_tensor_rule(model.load(MODELS / "Qwen3-8B"), rule, 4, 6)
 
 
 def test_generate_writes_interface_auto_unless_told(tmp_path: Path):

@@ -146,16 +146,32 @@ def check_topology(model: modelmod.Model, accelerator: Accelerator, roles: dict[
                 f"pod, above the {per_node} of an {accelerator.type} node; valid --{role}-dp with this TP: "
                 f"{', '.join(map(str, local_ok))}, or more --{role}-nodes"
             )
-    p, d = roles["prefill"].tensor, roles["decode"].tensor
-    # The connector's rule, as the chart's validate.parallelism applies it.
-    if accelerator.tensor_rule == "equal" and p != d:
-        raise GenerateError(f"--decode-tp {d}: differs from --prefill-tp {p}; {accelerator.connector} needs equal TP")
-    if accelerator.tensor_rule != "prefillMultiple":
+    check_tensor_rule(model, accelerator, roles["prefill"].tensor, roles["decode"].tensor)
+
+
+def check_tensor_rule(model: modelmod.Model, accelerator: Accelerator, p: int, d: int) -> None:
+    """The connector's rule between prefill TP `p` and decode TP `d` at the engine version, as the
+    chart's validate.parallelism applies it (chart/templates/validate/_parallelism.tpl,
+    profiles.yaml tensorRule), so generate never writes a pair render refuses."""
+    rule, connector = accelerator.tensor_rule, accelerator.connector
+    if rule == "equal" and p != d:
+        raise GenerateError(f"--decode-tp {d}: differs from --prefill-tp {p}; {connector} needs equal TP")
+    if rule == "decodeMultiple" and (d < p or d % p):
+        valid = ", ".join(str(p * k) for k in range(1, accelerator.devices_per_node // p + 1))
+        raise GenerateError(
+            f"--decode-tp {d}: not a multiple of --prefill-tp {p}; {connector} at this engine version needs decode "
+            f'TP to be a multiple of prefill TP (vLLM 0.13\'s NIXL: "Decode TP cannot be smaller than prefill TP"); '
+            f"valid --decode-tp: {valid}, or --engine-version v0.18.0 or later, where either may divide the other"
+        )
+    if rule == "divisible" and max(p, d) % min(p, d):
+        raise GenerateError(
+            f"--decode-tp {d}: it and --prefill-tp {p} do not divide one another; {connector} needs the larger TP "
+            "to be a multiple of the smaller"
+        )
+    if rule != "prefillMultiple":
         return
     if p < d:
-        raise GenerateError(
-            f"--prefill-tp {p}: below --decode-tp {d}; {accelerator.connector} needs prefill TP >= decode TP"
-        )
+        raise GenerateError(f"--prefill-tp {p}: below --decode-tp {d}; {connector} needs prefill TP >= decode TP")
     if not model.is_mla and p % d:
         valid = ", ".join(str(x) for x in _divisors(p, p) if model.num_attention_heads % x == 0)
         raise GenerateError(
@@ -411,6 +427,14 @@ def generate(
     context_len: the expected tokens of a sequence (default: default_context_len); interface:
     network.interface (auto: the default route's, found when the container starts)."""
     profile = ACCELERATORS[accelerator]
+    if engine_version:
+        # The connector's TP rule is the engine version's (NIXL: decodeMultiple at 0.13,
+        # divisible from 0.18).
+        try:
+            row = profiles.profile(accelerator, version=engine_version).connector()
+        except profiles.ProfileError as e:
+            raise GenerateError(f"--engine-version {engine_version}: {e}") from None
+        profile = dataclasses.replace(profile, tensor_rule=str(row["tensorRule"]))
     check_topology(model, profile, roles)
     check_interface(interface, chart)
     defaults = chart_defaults(chart)

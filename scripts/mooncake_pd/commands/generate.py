@@ -31,8 +31,11 @@ the container starts) unless --interface names the node's NIC; the chart's own d
 enp23s0f3, is the guide's node and no other's.
 
 Checks (exit 2, naming the option and the valid choices): num_attention_heads divisible by each
-TP; prefill TP >= decode TP and a multiple of it (non-MLA); TP x DP per node within the
-accelerator's devices per node; the KV cache holds at least max-model-len tokens per DP rank.
+TP; the KV connector's rule between prefill and decode TP at the engine version
+(chart/files/profiles.yaml tensorRule: on Ascend prefill TP >= decode TP and a multiple of it for
+non-MLA models; NIXL on vLLM 0.13 decode TP a multiple of prefill TP, from 0.18 either dividing
+the other; upstream Mooncake equal); TP x DP per node within the accelerator's devices per
+node; the KV cache holds at least max-model-len tokens per DP rank.
 
 KV-cache estimate, printed as a table on stderr (estimated, not profiled):
   KV bytes/token/device = 2 x layers x ceil(KV heads / TP) (at least 1) x head_dim x dtype bytes;
