@@ -151,10 +151,91 @@ def test_generate_mla_model():
     assert "70,272" in err
 
 
-def test_generate_warns_on_quantization_config():
-    values, err = generated("--model-dir", MODELS / "Qwen2.5-7B-Instruct-AWQ")
-    assert "WARNING: config.json has quantization_config (quant_method awq)" in err
-    assert "quantization" not in values.get("engine", {}).get("args", {})
+def quantized(tmp_path: Path, base: str, quantization_config: dict) -> Path:
+    """A copy of a fixture model's config.json with a quantization_config (as the published
+    Qwen3-8B-FP8 has quant_method fp8 with 128 x 128 blocks)."""
+    folder = tmp_path / f"{base}-{quantization_config['quant_method']}"
+    folder.mkdir()
+    config = json.loads((MODELS / base / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**config, "quantization_config": quantization_config}))
+    return folder
+
+
+FP8 = {"quant_method": "fp8", "activation_scheme": "dynamic", "fmt": "e4m3", "weight_block_size": [128, 128]}
+
+
+def test_every_family_says_what_quantization_its_engine_loads():
+    """Each accelerator family generate writes for has a row in model.ENGINE_QUANTIZATION."""
+    assert {a.family for a in gen.ACCELERATORS.values()} <= set(model.ENGINE_QUANTIZATION)
+
+
+def weights_column(err: str, role: str) -> float:
+    row = re.search(rf"^{role}\s+\d+ x \d+\s+[\d,]+\s+([\d.]+)", err, re.M)
+    assert row, err
+    return float(row[1])
+
+
+def test_fp8_checkpoint_on_nvidia_is_one_byte_per_weight_without_warning(tmp_path: Path):
+    """NVIDIA runs FP8 checkpoints natively (weight-only FP8 Marlin on A100): 1 byte per weight,
+    half the BF16 checkpoint's, and no warning (the Ascend one printed here before)."""
+    fp8 = quantized(tmp_path, "Qwen3-8B", FP8)
+    assert model.load(fp8).weight_bytes == 1.0
+    options = ("--accelerator", "nvidia", "--prefill-tp", "2", "--prefill-dp", "1", "--decode-tp", "2")
+    _, err = generated("--model-dir", fp8, *options, "--decode-dp", "1")
+    _, bf16_err = generated("--model-dir", MODELS / "Qwen3-8B", *options, "--decode-dp", "1")
+    assert "WARNING" not in err and "vLLM-Ascend" not in err, err
+    expected = model.device_weight_bytes(model.load(fp8), 2, 1, expert_parallel=False) / model.GIB
+    assert weights_column(err, "decode") == pytest.approx(expected, abs=0.05)
+    assert weights_column(err, "decode") == pytest.approx(weights_column(bf16_err, "decode") / 2, abs=0.1)
+    # DeepSeek-V3/R1 as published (quant_method fp8): 671B at 1 byte over TP 8 fit an H200.
+    _, err = generated(
+        *("--model-dir", MODELS / "DeepSeek-R1", "--accelerator", "nvidia", "--gpu", "h200"),
+        *("--prefill-tp", "8", "--prefill-dp", "1", "--decode-tp", "8", "--decode-dp", "1"),
+    )
+    assert "WARNING" not in err, err
+    assert weights_column(err, "prefill") == pytest.approx(671e9 / 8 / model.GIB, rel=0.01)
+
+
+@pytest.mark.parametrize("accelerator", ["ascend-a3", "ascend-a2"])
+@pytest.mark.parametrize(("name", "method"), [("DeepSeek-R1", "fp8"), ("Qwen2.5-7B-Instruct-AWQ", "awq")])
+def test_ascend_refuses_checkpoints_vllm_ascend_does_not_load(accelerator: str, name: str, method: str):
+    """vLLM-Ascend (v0.13.0 vllm_ascend/platform.py supported_quantization: ascend,
+    compressed-tensors) stops at start on an FP8 or AWQ checkpoint: generate refuses it instead
+    of sizing it at 1 byte (or 0.5) with a warning."""
+    options = ("--prefill-tp", "8", "--prefill-dp", "1", "--decode-tp", "8", "--decode-dp", "1")
+    proc = cli("generate", "--model-dir", MODELS / name, "--accelerator", accelerator, *options)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stdout == ""
+    assert f"--model-dir {MODELS / name} on {accelerator}: config.json has quantization_config quant_method " in (
+        proc.stderr
+    )
+    assert f"{method}, which vLLM-Ascend does not run" in proc.stderr
+    assert f'"{method} quantization is currently not supported in npu."' in proc.stderr
+    assert "use the BF16 checkpoint or an msModelSlim W8A8 one" in proc.stderr
+    assert proc.stderr.rstrip().endswith("or --accelerator nvidia"), proc.stderr
+
+
+def test_update_refuses_an_fp8_checkpoint_on_ascend(tmp_path: Path):
+    out = tmp_path / "qwen3.yaml"
+    assert cli("generate", "--model-dir", MODELS / "Qwen3-8B", "--output", out).returncode == 0
+    proc = cli("update", out, "--model-dir", quantized(tmp_path, "Qwen3-8B", FP8), "--check")
+    assert proc.returncode == 2, proc.stderr
+    assert "quant_method fp8, which vLLM-Ascend does not run" in proc.stderr
+
+
+def test_quantization_the_estimate_cannot_size_is_warned(tmp_path: Path):
+    """compressed-tensors loads on Ascend and on NVIDIA, but its bytes per weight are not in
+    config.json's top level: sized at torch_dtype, with a warning. AWQ on NVIDIA: bits/8, silent."""
+    compressed = quantized(tmp_path, "Qwen3-8B", {"quant_method": "compressed-tensors", "format": "int-quantized"})
+    for accelerator in ("ascend-a3", "nvidia"):
+        values, err = generated("--model-dir", compressed, "--accelerator", accelerator)
+        assert (
+            "WARNING: config.json has quantization_config (quant_method compressed-tensors): the estimate does not "
+            "know its bytes per weight and counts 2 (torch_dtype bfloat16)"
+        ) in err
+        assert "quantization" not in values.get("engine", {}).get("args", {})
+    _, err = generated("--model-dir", MODELS / "Qwen2.5-7B-Instruct-AWQ", "--accelerator", "nvidia")
+    assert "WARNING" not in err, err
 
 
 def test_generated_limits_respect_the_estimate():
@@ -627,12 +708,13 @@ def test_context_lengths_that_cannot_work_exit_2(options: list[str], message: st
     assert message in proc.stderr
 
 
-def test_every_note_generate_writes_is_one_update_rewrites():
+def test_every_note_generate_writes_is_one_update_rewrites(tmp_path: Path):
     """update finds generate's notes in a header by how they begin (generate.is_note)."""
     notes = []
+    compressed = quantized(tmp_path, "Qwen3-8B", {"quant_method": "compressed-tensors"})
     for args in (
         (*R1_TOPOLOGY, "--enable-expert-parallel"),
-        ("--model-dir", str(MODELS / "Qwen2.5-7B-Instruct-AWQ")),
+        ("--model-dir", str(compressed)),
         ("--model-dir", str(MODELS / "Qwen2.5-7B-Instruct"), "--max-model-len", "65536", "--force"),
         (*LLAMA_ON_ONE_H100, "--expected-context-len", "40000"),
     ):

@@ -180,6 +180,18 @@ def check_tensor_rule(model: modelmod.Model, accelerator: Accelerator, p: int, d
         )
 
 
+def check_quantization(model: modelmod.Model, accelerator: Accelerator) -> None:
+    """Raise GenerateError where the engine of the accelerator's family does not load the
+    checkpoint's quantization_config (model.ENGINE_QUANTIZATION: an FP8 checkpoint on Ascend),
+    naming the options and the fix."""
+    problem = modelmod.quantization_problem(model, accelerator.family)
+    if problem:
+        fix = modelmod.ENGINE_QUANTIZATION[accelerator.family].fix
+        others = sorted(a for a, p in ACCELERATORS.items() if not modelmod.quantization_problem(model, p.family))
+        elsewhere = f", or --accelerator {' or '.join(others)}" if others else ""
+        raise GenerateError(f"--model-dir {model.path.parent} on {accelerator.type}: {problem}; {fix}{elsewhere}")
+
+
 def number(value: Any, key: str, *, minimum: float, integer: bool = True, maximum: float | None = None) -> Any:
     """A number the estimate reads from values (a file update edits), or GenerateError naming the
     key: a 0 or a word there would divide by zero or stop in a traceback. A vLLM flag in args may
@@ -240,6 +252,9 @@ def derived(
     accelerator = ACCELERATORS.get(kind)
     if accelerator is None:
         raise GenerateError(f"accelerator.type {kind!r}: use one of {', '.join(ACCELERATORS)}")
+    # The checkpoint's quantization as the family's engine reads it: refused where the engine
+    # does not load it (FP8 on Ascend; also here for update, which does not call generate).
+    check_quantization(model, accelerator)
     hbm = hbm_gib or accelerator.hbm_gib
     notes: list[str] = []
     max_model_len = number(effective["model"]["maxModelLen"], "model.maxModelLen", minimum=1)
@@ -261,11 +276,14 @@ def derived(
         notes.append(
             f"rope scaling {kind} (factor {model.rope_scaling.get('factor')}): applied by vLLM from config.json"
         )
-    if model.quantization:
-        method = model.quantization.get("quant_method", "?")
+    # Sized at the quantization's bytes per weight where known (FP8 on NVIDIA: 1 byte, no note); a
+    # warning only where the estimate must guess the size.
+    if model.quantization and model.quantized_weight_bytes is None:
+        method = model.quant_method or "?"
         notes.append(
-            f"WARNING: config.json has quantization_config (quant_method {method}): check that vLLM-Ascend "
-            "supports it on this accelerator; Ascend W8A8 weights need engine.args.quantization: ascend"
+            f"WARNING: config.json has quantization_config (quant_method {method}): the estimate does not know "
+            f"its bytes per weight and counts {model.dtype_bytes} (torch_dtype {model.dtype}); check that the "
+            "weights fit"
         )
     if model.ascend_quantization:
         notes.append(f"Ascend quantized weights ({model.ascend_quantization}): engine.args.quantization: ascend")
@@ -435,6 +453,7 @@ def generate(
         except profiles.ProfileError as e:
             raise GenerateError(f"--engine-version {engine_version}: {e}") from None
         profile = dataclasses.replace(profile, tensor_rule=str(row["tensorRule"]))
+    check_quantization(model, profile)
     check_topology(model, profile, roles)
     check_interface(interface, chart)
     defaults = chart_defaults(chart)

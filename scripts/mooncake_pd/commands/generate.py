@@ -22,8 +22,13 @@ What comes from config.json:
                 fixes "'Qwen2Config' object has no attribute 'head_dim'". --fixed-head-dim writes
                 model.hfOverrides.head_dim for setups that do not read config.json at start.
   MLA           kv_lora_rank present (DeepSeek-V2/V3/R1): model.mla true, no head_dim override.
-  quantization  quant_model_description.json beside config.json (Ascend W8A8):
-                engine.args.quantization ascend; a quantization_config gives a warning to check.
+  quantization  per accelerator family, as its engine reads it: quant_model_description.json
+                beside config.json (msModelSlim W8A8/W4A8, Ascend): engine.args.quantization
+                ascend, 1 byte per weight. quantization_config quant_method fp8 (DeepSeek-V3/R1
+                as published): on NVIDIA 1 byte per weight; on Ascend refused (exit 2):
+                vLLM-Ascend loads only compressed-tensors from config.json (use the BF16
+                checkpoint or an msModelSlim W8A8 one). bits (AWQ, GPTQ): bits/8 per weight,
+                NVIDIA only; another method: sized as torch_dtype, with a warning.
   max-model-len at most max_position_embeddings (above it only with --force).
 
 Not from config.json: network.interface is auto (the interface of the default route, found when
