@@ -126,7 +126,7 @@ unit-all: $(TEST_STAMP) $(CHECKOV_STAMP) $(E2E_STAMP) $(MOONCAKE_STAMP) $(LATER_
 test-time: $(TEST_STAMP) $(CHECKOV_STAMP) $(E2E_STAMP) helm ## Measure the non-e2e tests' wall time here and where it goes (RUNS=3, BUDGET=150 s): out/test-time/.
 	$(PY) scripts/measure_tests.py --runs $(RUNS) --budget $(BUDGET) -- -m "$(UNIT) and $(GATE)" $(PYTEST_PARALLEL)
 
-flake-check: $(TEST_STAMP) $(E2E_STAMP) helm cluster-tools ## The gate's cluster tests and e2e RUNS times (RUNS=5) beside a busy loop that takes one core; each failure with its cause: out/flake-check/.
+flake-check: $(TEST_STAMP) $(E2E_STAMP) $(MOONCAKE_STAMP) helm cluster-tools ## The gate's cluster tests and e2e RUNS times (RUNS=5) beside a busy loop that takes one core; each failure with its cause: out/flake-check/.
 	$(PY) scripts/measure_tests.py --runs $(or $(FLAKE_RUNS),5) --hog 1 --keep-going --out out/flake-check \
 	  --stage cluster='-m cluster' --stage e2e='-m "e2e and $(GATE)"'
 
