@@ -17,7 +17,7 @@ import pytest
 
 from support import kthenarun, waits
 from support.kube.api import ApiError, pod_brief, pods_brief, wait_for
-from support.localpods import Container, NotReady, Proc, Processes, run_to_end, wait_ready
+from support.localpods import Container, NotReady, Proc, Processes, post_json, run_to_end, wait_ready
 from support.series import Recorder
 
 
@@ -208,6 +208,20 @@ def test_the_router_check_keeps_what_the_router_answered(server):
     assert answers == ['HTTP 400: {"error": "no decode pod found"}']
     assert kthenarun.routes(base, answers) and len(answers) == 1
     assert not kthenarun.routes("http://127.0.0.1:9", answers) and "refused" in answers[-1]
+
+
+def test_an_answer_that_is_not_json_says_what_came_back(server):
+    """A proxy whose upstream died can answer 200 with an empty body: the failure names the URL,
+    the status and the body, not a bare JSONDecodeError."""
+    base, script = server
+    script[:] = [(200, ""), (200, "<html>bad gateway</html>"), (200, '{"ok": 1}')]
+    with pytest.raises(
+        AssertionError, match=r"/v1/completions: HTTP 200, not JSON \(Expecting value\); the body, 0 bytes: b''"
+    ):
+        post_json(f"{base}/v1/completions", {})
+    with pytest.raises(AssertionError, match=r"24 bytes: b'<html>bad gateway</html>'"):
+        post_json(f"{base}/v1/completions", {})
+    assert post_json(f"{base}/v1/completions", {}) == {"ok": 1}
 
 
 def test_a_phase_settles_in_samples_not_in_seconds(server):

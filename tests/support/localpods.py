@@ -584,7 +584,17 @@ def post_json(
         url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json", **(headers or {})}
     )
     with urllib.request.urlopen(request, timeout=timeout) as answer:
-        return json.load(answer)
+        text = answer.read()
+        status = answer.status
+    try:
+        parsed: dict[str, Any] = json.loads(text)
+    except json.JSONDecodeError as err:
+        # A proxy that answers 200 with an empty or HTML body (its upstream died mid-request) would
+        # otherwise fail with a bare "Expecting value: line 1 column 1": name what it answered.
+        raise AssertionError(
+            f"POST {url}: HTTP {status}, not JSON ({err.msg}); the body, {len(text)} bytes: {text[:300]!r}"
+        ) from err
+    return parsed
 
 
 def get_text(url: str, timeout: float = PAGE_TIMEOUT) -> str:
