@@ -14,7 +14,7 @@ from typing import Any
 
 import yaml
 
-from mooncake_pd import chartfiles, docs, paths, profiles
+from mooncake_pd import architectures, chartfiles, docs, paths, profiles
 from mooncake_pd import model as modelmod
 from mooncake_pd.errors import MooncakePdError
 
@@ -27,7 +27,9 @@ REMOVE = "<remove>"
 DEFAULT_CONTEXT_LEN = 4096
 # How the notes under the header's KV-cache estimate begin (derived() writes them; update finds
 # and rewrites them by these, keeping every other comment line); see is_note.
-NOTE_PREFIXES = ("WARNING: ", "rope scaling ", "Ascend quantized weights ", "max-num-seqs sized for ")
+NOTE_PREFIXES = ("WARNING: ", "rope scaling ", "Ascend quantized weights ", "max-num-seqs sized for ", "KV cache: ")
+# What a layer kind keeps, in the notes (architectures.yaml layers).
+KIND_WORDS = {"sliding": "sliding-window", "chunked": "chunked-local", "linear": "linear-attention"}
 
 
 @dataclass(frozen=True)
@@ -192,6 +194,141 @@ def check_quantization(model: modelmod.Model, accelerator: Accelerator) -> None:
         raise GenerateError(f"--model-dir {model.path.parent} on {accelerator.type}: {problem}; {fix}{elsewhere}")
 
 
+@dataclass(frozen=True)
+class Verdict:
+    """Whether an engine version runs a model's architecture on an accelerator family:
+    architectures.yaml's support status (supported, experimental, untested, unsupported), or
+    unrecorded, with the reason and its source."""
+
+    status: str
+    reason: str
+
+    @property
+    def refused(self) -> bool:
+        return self.status == "unsupported"
+
+
+def connector_of(effective: dict[str, Any], version: str) -> str:
+    """The KV connector a values set runs: kvTransfer.connector, else the profile's default."""
+    name = (effective.get("kvTransfer") or {}).get("connector")
+    return str(name) if name else profiles.profile(effective["accelerator"]["type"], version=version).connectors[0]
+
+
+def hybrid_kv_cache(model: modelmod.Model, version: str, connector: str, args: dict[str, Any]) -> bool | None:
+    """Whether vLLM's hybrid KV cache manager runs for this model under PD
+    (architectures.hybrid_kv_cache); chunked-local layers turn it off at every version unless
+    VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE=1 (vllm v0.13.0 vllm/config/vllm.py ~905-925)."""
+    if model.unknown_problem() is None and "chunked" in modelmod.layer_kinds(model):
+        return False
+    return architectures.hybrid_kv_cache(version, connector, args)
+
+
+def verdict(model: modelmod.Model, family: str, version: str, connector: str, args: dict[str, Any]) -> Verdict:
+    """Whether `version` runs the model on `family` with `connector` (architectures.yaml)."""
+    engine = modelmod.ENGINE_QUANTIZATION[family].engine if family in modelmod.ENGINE_QUANTIZATION else "the engine"
+    spec = model.spec
+    if spec is None:
+        return Verdict("unrecorded", f"{model.architecture} is not in architectures.yaml; check that {engine} runs it")
+    if "linear" in modelmod.layer_kinds(model) and hybrid_kv_cache(model, version, connector, args) is False:
+        return Verdict(
+            "unsupported",
+            f"its linear-attention layers need vLLM's hybrid KV cache manager, which PD with {connector} turns off "
+            f'at {version} ({architectures.hybrid_source(version)}), and vLLM then stops at start ("Hybrid KV cache '
+            'manager is disabled but failed to convert the KV cache specs to one unified type.", vllm '
+            "vllm/v1/core/kv_cache_utils.py unify_hybrid_kv_cache_specs)",
+        )
+    cell = spec.support(family, version, model.model_type)
+    if cell is None:
+        return Verdict("unrecorded", f"architectures.yaml records no support at {version} on {family}; check it")
+    note = f"{cell.note}; " if cell.note else ""
+    return Verdict(cell.status, f"{note}{cell.cite()}")
+
+
+def _runs_at(model: modelmod.Model, accelerator: str, args: dict[str, Any]) -> list[str]:
+    """The engine versions of `accelerator` that run the model (not unsupported), with their status."""
+    family = ACCELERATORS[accelerator].family
+    out = []
+    for version in profiles.versions_for(accelerator):
+        connector = profiles.profile(accelerator, version=version).connectors[0]
+        found = verdict(model, family, version, connector, args)
+        if not found.refused:
+            out.append(version if found.status == "supported" else f"{version} ({found.status})")
+    return out
+
+
+def check_support(model: modelmod.Model, effective: dict[str, Any]) -> str | None:
+    """GenerateError where the engine version does not run the model's architecture on the
+    accelerator (architectures.yaml), naming the versions and accelerators that do; a warning
+    note where support is uncertain (experimental, untested, unrecorded); None where supported."""
+    kind = effective["accelerator"]["type"]
+    accelerator = ACCELERATORS[kind]
+    version = profiles.engine_version(effective)
+    connector = connector_of(effective, version)
+    args = effective["engine"].get("args") or {}
+    found = verdict(model, accelerator.family, version, connector, args)
+    name = model.architecture + (f" ({model.model_type})" if model.model_type else "")
+    if found.refused:
+        here = _runs_at(model, kind, args)
+        there = []
+        for other in ACCELERATORS:
+            runs = _runs_at(model, other, args) if other != kind else []
+            if runs:
+                there.append(f"--accelerator {other} ({', '.join(runs)})")
+        fix = (
+            f"give --engine-version (engine.version) {' or '.join(here)}"
+            if here
+            else f"no engine version on {kind} runs it"
+        )
+        elsewhere = (", or " if here else "; use ") + "; ".join(there) if there else ""
+        raise GenerateError(
+            f"--model-dir {model.path.parent}: {name} on {kind} at engine version {version}: not supported: "
+            f"{found.reason}; {fix}{elsewhere}"
+        )
+    if found.status == "supported":
+        return None
+    words = {"unrecorded": "support not recorded"}
+    return f"WARNING: {name} on {kind} at {version}: {words.get(found.status, found.status)}: {found.reason}"
+
+
+def kv_notes(
+    model: modelmod.Model, fits: list[modelmod.RoleFit], hybrid: bool | None, effective: dict[str, Any]
+) -> list[str]:
+    """What the KV-cache estimate assumed of layers that do not keep every token."""
+    if model.unknown_problem() is not None or model.kv_bytes_override:
+        return []
+    kinds = modelmod.layer_kinds(model)
+    version = profiles.engine_version(effective)
+    connector = connector_of(effective, version)
+    notes = []
+    for kind in ("sliding", "chunked"):
+        count = kinds.count(kind)
+        if not count or model.spec is None:
+            continue
+        field = model.spec.field(kind, "window" if kind == "sliding" else "chunk")
+        window = int(model.text[field])
+        if hybrid:
+            notes.append(
+                f"KV cache: {count} {KIND_WORDS[kind]} layers keep at most {window:,} tokens of a sequence ({field}; "
+                f"vLLM's hybrid KV cache manager runs at {version} with {connector}); the others every token"
+            )
+        else:
+            why = (
+                "vLLM turns its hybrid KV cache manager off for chunked-local attention"
+                if kind == "chunked"
+                else f"PD with {connector} turns vLLM's hybrid KV cache manager off at {version}"
+            )
+            notes.append(f"KV cache: {count} {KIND_WORDS[kind]} layers keep every token ({why})")
+    count = kinds.count("linear")
+    if count:
+        states = ", ".join(
+            f"{f.role} TP {f.tensor}: {(f.layout.per_sequence if f.layout else 0) / 2**20:.1f} MiB" for f in fits
+        )
+        notes.append(
+            f"KV cache: {count} {KIND_WORDS['linear']} layers hold a fixed state per sequence ({states} a device)"
+        )
+    return notes
+
+
 def number(value: Any, key: str, *, minimum: float, integer: bool = True, maximum: float | None = None) -> Any:
     """A number the estimate reads from values (a file update edits), or GenerateError naming the
     key: a 0 or a word there would divide by zero or stop in a traceback. A vLLM flag in args may
@@ -252,11 +389,19 @@ def derived(
     accelerator = ACCELERATORS.get(kind)
     if accelerator is None:
         raise GenerateError(f"accelerator.type {kind!r}: use one of {', '.join(ACCELERATORS)}")
+    problem = model.unknown_problem()
+    if problem:
+        raise GenerateError(problem)
+    # Whether the engine version runs the architecture there (architectures.yaml): refused,
+    # or a warning where support is uncertain.
+    warning = check_support(model, effective)
     # The checkpoint's quantization as the family's engine reads it: refused where the engine
     # does not load it (FP8 on Ascend; also here for update, which does not call generate).
     check_quantization(model, accelerator)
     hbm = hbm_gib or accelerator.hbm_gib
-    notes: list[str] = []
+    notes: list[str] = [warning] if warning else []
+    version = profiles.engine_version(effective)
+    hybrid = hybrid_kv_cache(model, version, connector_of(effective, version), effective["engine"].get("args") or {})
     max_model_len = number(effective["model"]["maxModelLen"], "model.maxModelLen", minimum=1)
     expected = context_len or max_model_len
     if expected > max_model_len:
@@ -278,7 +423,7 @@ def derived(
         )
     # Sized at the quantization's bytes per weight where known (FP8 on NVIDIA: 1 byte, no note); a
     # warning only where the estimate must guess the size.
-    if model.quantization and model.quantized_weight_bytes is None:
+    if model.quantization and model.quantized_weight_bytes is None and model.quantization_size is None:
         method = model.quant_method or "?"
         notes.append(
             f"WARNING: config.json has quantization_config (quant_method {method}): the estimate does not know "
@@ -338,6 +483,7 @@ def derived(
             max_model_len=max_model_len,
             context_len=expected,
             expert_parallel=bool(args.get("enable-expert-parallel")),
+            hybrid=bool(hybrid),
         )
         if result.kv_gib <= 0:
             hint = " or --enable-expert-parallel" if modelmod.parameters(model)[1] else ""
@@ -365,6 +511,7 @@ def derived(
         fits.append(result)
         if role == "decode" and result.seqs_that_fit > seqs:
             hints.append(room_hint(seqs, result.seqs_that_fit, expected))
+    notes.extend(kv_notes(model, fits, hybrid, effective))
     return keys, Result(values={}, fits=fits, notes=notes, context_len=expected, hints=hints)
 
 
@@ -385,11 +532,7 @@ def room_hint(seqs: int, room: int, context_len: int) -> str:
 def expert_parallel_hint(model: modelmod.Model, roles: dict[str, RoleTopology]) -> str:
     """For a mixture-of-experts model without --enable-expert-parallel: what expert parallelism
     would change in the estimate (weights per device, per role)."""
-    experts = next(
-        int(model.raw.get(k) or 0)
-        for k in ("n_routed_experts", "num_experts", "num_local_experts")
-        if int(model.raw.get(k) or 0) > 0
-    )
+    experts = model.experts
     changes = []
     for role, t in roles.items():
         before, after = (
@@ -453,6 +596,15 @@ def generate(
         except profiles.ProfileError as e:
             raise GenerateError(f"--engine-version {engine_version}: {e}") from None
         profile = dataclasses.replace(profile, tensor_rule=str(row["tensorRule"]))
+    problem = model.unknown_problem()
+    if problem:
+        raise GenerateError(problem)
+    # The architecture at the engine version first: where it does not run, that is the refusal
+    # (gpt-oss at vLLM-Ascend v0.13.0, not its MXFP4 checkpoint).
+    version_values: dict[str, Any] = {"accelerator": {"type": accelerator}, "engine": {"version": engine_version}}
+    if image is not None:
+        version_values["image"] = _image(image)
+    check_support(model, merged(chart_defaults(chart), version_values))
     check_quantization(model, profile)
     check_topology(model, profile, roles)
     check_interface(interface, chart)

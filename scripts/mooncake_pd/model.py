@@ -1,11 +1,17 @@
 """A model's config.json, read and checked, and what it implies for serving it: head_dim, MLA,
 weights and KV-cache bytes per device, and how many tokens of KV cache fit.
 
+What the estimate knows per architecture (attention kind, the kind of each layer, the MoE
+layout, quantization sizes) is data: architectures.yaml (mooncake_pd.architectures).
+
 The estimate (README, `generate --help`):
-  KV bytes per token per device
-    standard attention: 2 x layers x KV heads on the device x head_dim x dtype bytes, where a
-    device holds ceil(KV heads / TP) heads, at least 1 (KV heads are replicated when fewer than TP)
-    MLA: layers x (kv_lora_rank + qk_rope_head_dim) x dtype bytes (the latent is replicated per TP rank)
+  KV bytes per token per device, per layer kind (vLLM vllm/v1/kv_cache_interface.py)
+    full attention: 2 x KV heads on the device x head_dim x dtype bytes, where a device holds
+    ceil(KV heads / TP) heads, at least 1 (KV heads are replicated when fewer than TP)
+    MLA: (kv_lora_rank + qk_rope_head_dim) x dtype bytes (the latent is replicated per TP rank)
+    sliding-window and chunked-local layers: as full attention, but a sequence keeps at most
+    its window (chunk) of tokens where vLLM's hybrid KV cache manager runs; else every token
+    linear attention (Gated DeltaNet): no per-token KV, a fixed state per sequence
   weights per device: parameters counted from config.json x bytes per weight / TP; routed experts
     / (TP x DP) with --enable-expert-parallel
   memory for KV per device: HBM x gpu-memory-utilization - weights - activations, activations
@@ -17,25 +23,19 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from mooncake_pd import architectures
 from mooncake_pd.errors import MooncakePdError
 
 GIB = 1024**3
 
-# Architectures whose config fields the estimate understands.
-KNOWN_ARCHITECTURES = (
-    "Qwen2ForCausalLM",
-    "Qwen3ForCausalLM",
-    "Qwen2MoeForCausalLM",
-    "Qwen3MoeForCausalLM",
-    "LlamaForCausalLM",
-    "MistralForCausalLM",
-    "DeepseekV2ForCausalLM",
-    "DeepseekV3ForCausalLM",
-)
+# Architectures whose config fields the estimate understands (architectures.yaml).
+KNOWN_ARCHITECTURES = architectures.names()
+# Where a refusal of an unknown architecture sends the reader.
+UNKNOWN_DOC = 'docs/models-and-accelerators.md, "An architecture the estimate does not know"'
 DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
 
 
@@ -110,15 +110,47 @@ class Model:
     quantization: dict[str, Any] | None
     ascend_quantization: str | None
     raw: dict[str, Any]
+    # The language model's settings: text_config of a multimodal config (Llama 4), else raw
+    # (vLLM's hf_text_config).
+    text: dict[str, Any] = field(default_factory=dict)
+    # What the estimate knows of the architecture (architectures.yaml): config.json's, or the
+    # one --architecture names; None for an architecture the table does not know.
+    spec: architectures.Architecture | None = None
+    # The estimate's inputs given by hand (--kv-bytes-per-token, --weights-gib) for an
+    # architecture the table does not know (or to override what it estimates).
+    kv_bytes_override: int | None = None
+    weights_bytes_override: float | None = None
+
+    @property
+    def model_type(self) -> str | None:
+        kind = self.raw.get("model_type")
+        return str(kind) if kind else None
 
     @property
     def is_mla(self) -> bool:
-        return "kv_lora_rank" in self.raw
+        if self.spec is not None:
+            return self.spec.attention == "mla"
+        return "kv_lora_rank" in self.text
+
+    @property
+    def experts(self) -> int:
+        """Routed experts per MoE layer (the architecture's field), 0 for a dense model."""
+        if self.spec is not None:
+            name = self.spec.moe.get("experts")
+            return int(self.text.get(name) or 0) if name else 0
+        return next(
+            (
+                int(self.text.get(k) or 0)
+                for k in ("n_routed_experts", "num_experts", "num_local_experts")
+                if self.text.get(k)
+            ),
+            0,
+        )
 
     @property
     def is_moe(self) -> bool:
-        """Routed experts in config.json (DeepSeek-V2/V3/R1, Qwen-MoE, Mixtral)."""
-        return any(int(self.raw.get(k) or 0) > 0 for k in ("n_routed_experts", "num_experts", "num_local_experts"))
+        """Routed experts in config.json (DeepSeek-V2/V3/R1, Qwen-MoE, GLM-4.5, gpt-oss, Llama 4)."""
+        return self.experts > 0
 
     @property
     def head_dim(self) -> int:
@@ -155,10 +187,37 @@ class Model:
         return None
 
     @property
+    def quantization_size(self) -> dict[str, Any] | None:
+        """The architecture's own size of its quantization method (gpt-oss's MXFP4 experts), if any."""
+        if self.ascend_quantization or self.spec is None:
+            return None
+        return self.spec.size(self.quant_method)
+
+    @property
     def weight_bytes(self) -> float:
         """Bytes per weight: the quantization's, else the dtype's."""
         quantized = self.quantized_weight_bytes
         return float(self.dtype_bytes) if quantized is None else quantized
+
+    def unknown_problem(self) -> str | None:
+        """Why the estimate cannot run for this model (an architecture the table does not know,
+        without the figures given by hand), naming the ways forward; None where it can."""
+        if self.spec is not None or (self.kv_bytes_override and self.weights_bytes_override):
+            return None
+        missing = [
+            option
+            for option, value in (
+                ("--kv-bytes-per-token", self.kv_bytes_override),
+                ("--weights-gib", self.weights_bytes_override),
+            )
+            if not value
+        ]
+        return (
+            f"{self.path}: architectures: {self.architecture!r} is not one the estimate knows (known: "
+            f"{', '.join(KNOWN_ARCHITECTURES)}); give --architecture NAME to estimate it as a known architecture whose "
+            f"config.json fields it has, or {' and '.join(missing)} (the KV cache of one token and the weights of the "
+            f"whole model at TP 1); {UNKNOWN_DOC}"
+        )
 
 
 def quantization_problem(model: Model, family: str) -> str | None:
@@ -195,7 +254,10 @@ def config_path(model: Path) -> Path:
 
 
 def load(model: Path) -> Model:
-    """Read and check a model's config.json (a directory or the file itself)."""
+    """Read and check a model's config.json (a directory or the file itself). The language
+    model's fields are read from text_config where config.json nests them (a multimodal model,
+    Llama 4), as vLLM's hf_text_config does. An architecture architectures.yaml does not know
+    loads (spec None): the estimate then needs configure()'s figures (Model.unknown_problem)."""
     file = config_path(model)
     if not model.exists():
         raise ModelError(f"{model}: no such directory or file")
@@ -207,17 +269,14 @@ def load(model: Path) -> Model:
         raise ModelError(f"{file}: invalid JSON at line {e.lineno} column {e.colno}: {e.msg}") from None
     if not isinstance(config, dict):
         raise ModelError(f"{file}: (root): must be a JSON object")
-    architectures = config.get("architectures") or []
-    architecture = architectures[0] if isinstance(architectures, list) and architectures else None
-    if architecture not in KNOWN_ARCHITECTURES:
-        raise ModelError(
-            f"{file}: architectures: {architecture!r} is not one the estimate knows; known: "
-            + ", ".join(KNOWN_ARCHITECTURES)
-        )
-    heads = _int(config, "num_attention_heads", file)
-    head_dim = config.get("head_dim")
+    names = config.get("architectures") or []
+    architecture = str(names[0]) if isinstance(names, list) and names else ""
+    nested = config.get("text_config")
+    text = nested if isinstance(nested, dict) else config
+    heads = _int(text, "num_attention_heads", file)
+    head_dim = text.get("head_dim")
     if head_dim is not None:
-        head_dim = _int(config, "head_dim", file)
+        head_dim = _int(text, "head_dim", file)
     description = model / "quant_model_description.json" if model.is_dir() else None
     ascend_quantization = None
     if description and description.is_file():
@@ -225,53 +284,181 @@ def load(model: Path) -> Model:
     return Model(
         path=file,
         architecture=architecture,
-        hidden_size=_int(config, "hidden_size", file),
+        hidden_size=_int(text, "hidden_size", file),
         num_attention_heads=heads,
-        num_hidden_layers=_int(config, "num_hidden_layers", file),
-        num_key_value_heads=_int(config, "num_key_value_heads", file, heads),
+        num_hidden_layers=_int(text, "num_hidden_layers", file),
+        num_key_value_heads=_int(text, "num_key_value_heads", file, heads),
         head_dim_in_config=head_dim,
-        max_position_embeddings=_int(config, "max_position_embeddings", file, required=False) or None,
-        vocab_size=_int(config, "vocab_size", file, required=False),
-        intermediate_size=_int(config, "intermediate_size", file, required=False),
-        dtype=str(config.get("torch_dtype") or "bfloat16"),
-        tie_word_embeddings=bool(config.get("tie_word_embeddings", False)),
-        rope_scaling=config.get("rope_scaling") or None,
-        quantization=config.get("quantization_config") or None,
+        max_position_embeddings=_int(text, "max_position_embeddings", file, required=False) or None,
+        vocab_size=_int(text, "vocab_size", file, required=False),
+        intermediate_size=_int(text, "intermediate_size", file, required=False),
+        dtype=str(config.get("torch_dtype") or text.get("torch_dtype") or "bfloat16"),
+        tie_word_embeddings=bool(text.get("tie_word_embeddings", config.get("tie_word_embeddings", False))),
+        rope_scaling=text.get("rope_scaling") or None,
+        quantization=config.get("quantization_config") or text.get("quantization_config") or None,
         ascend_quantization=ascend_quantization,
         raw=config,
+        text=text,
+        spec=architectures.get(architecture),
     )
 
 
-def kv_bytes_per_token(model: Model, tensor: int) -> int:
-    """KV-cache bytes one token takes on one device of a TP group."""
+def configure(
+    model: Model,
+    *,
+    architecture: str | None = None,
+    kv_bytes_per_token: int | None = None,
+    weights_gib: float | None = None,
+) -> Model:
+    """The model with the estimate's inputs given by hand: --architecture (estimate it as that
+    known architecture), --kv-bytes-per-token and --weights-gib (whole model, TP 1)."""
+    spec = model.spec
+    if architecture:
+        try:
+            spec = architectures.require(architecture)
+        except architectures.ArchitectureError as e:
+            raise ModelError(str(e)) from None
+    weights = weights_gib * GIB if weights_gib else None
+    return replace(model, spec=spec, kv_bytes_override=kv_bytes_per_token or None, weights_bytes_override=weights)
+
+
+def _require_known(model: Model) -> architectures.Architecture | None:
+    problem = model.unknown_problem()
+    if problem:
+        raise ModelError(problem)
+    return model.spec
+
+
+@dataclass(frozen=True)
+class KvLayout:
+    """What the KV cache of one sequence takes on one device: bytes per token of the layers
+    that keep every token, (bytes per token, window) of the layers that keep at most a window
+    of tokens (sliding window, chunked local, where vLLM's hybrid KV cache manager runs), and a
+    fixed state per sequence (linear attention)."""
+
+    per_token: int
+    windowed: tuple[tuple[int, int], ...] = ()
+    per_sequence: int = 0
+
+    @property
+    def plain(self) -> bool:
+        return not self.windowed and not self.per_sequence
+
+    def bytes_for(self, tokens: int) -> int:
+        """Bytes of one sequence of `tokens` tokens."""
+        held = sum(b * min(tokens, w) for b, w in self.windowed)
+        return self.per_sequence + self.per_token * tokens + held
+
+    def tokens_in(self, memory: float) -> int:
+        """The longest sequence whose cache fits in `memory` bytes."""
+        if self.plain:
+            return int(memory // self.per_token)
+        low, high = 0, 1
+        while self.bytes_for(high) <= memory and high < 10**12:
+            low, high = high, high * 2
+        while high - low > 1:
+            mid = (low + high) // 2
+            low, high = (mid, high) if self.bytes_for(mid) <= memory else (low, mid)
+        return low
+
+
+def _attention_bytes(model: Model, tensor: int) -> int:
+    """Bytes one token takes in one attention layer on one device of a TP group (vLLM
+    kv_cache_interface.py AttentionSpec / MLAAttentionSpec page_size_bytes per token)."""
     if model.is_mla:
-        latent = int(model.raw["kv_lora_rank"]) + int(model.raw.get("qk_rope_head_dim", 0))
-        return model.num_hidden_layers * latent * model.dtype_bytes
+        return (int(model.text["kv_lora_rank"]) + int(model.text.get("qk_rope_head_dim", 0))) * model.dtype_bytes
     heads_per_device = max(1, math.ceil(model.num_key_value_heads / tensor))
-    return 2 * model.num_hidden_layers * heads_per_device * model.head_dim * model.dtype_bytes
+    return 2 * heads_per_device * model.head_dim * model.dtype_bytes
 
 
-def parameters(model: Model) -> tuple[int, int]:
-    """(parameters outside routed experts, parameters of routed experts), counted from config.json."""
-    c, h, layers = model.raw, model.hidden_size, model.num_hidden_layers
+def linear_state_bytes(model: Model, spec: architectures.Architecture, tensor: int) -> int:
+    """The state of one linear-attention (Gated DeltaNet) layer of one sequence on one device:
+    vLLM's MambaStateShapeCalculator.gated_delta_net_state_shape (v0.13.0
+    vllm/model_executor/layers/mamba/mamba_utils.py 170-193) in the model dtype, no speculative
+    tokens. vLLM pads it to the attention layers' page size (a few per cent), not counted."""
+    c = model.text
+
+    def value(name: str) -> int:
+        return int(c[spec.field("linear", name)])
+
+    kernel, key_heads, value_heads = value("convKernel"), value("keyHeads"), value("valueHeads")
+    key_dim, value_dim = value("keyDim"), value("valueDim")
+    conv = (kernel - 1) * (key_dim * key_heads * 2 + value_dim * value_heads) // tensor
+    temporal = value_heads // tensor * key_dim * value_dim
+    return (conv + temporal) * model.dtype_bytes
+
+
+def layer_kinds(model: Model) -> list[str]:
+    spec = _require_known(model)
+    return spec.layer_kinds(model.text, model.num_hidden_layers) if spec else ["full"] * model.num_hidden_layers
+
+
+def kv_layout(model: Model, tensor: int, *, hybrid: bool = False) -> KvLayout:
+    """The KV cache of one sequence on one device of a TP group, per layer kind. hybrid: vLLM's
+    hybrid KV cache manager runs (architectures.hybrid_kv_cache); without it sliding-window and
+    chunked-local layers keep every token (vllm/v1/core/kv_cache_utils.py
+    unify_hybrid_kv_cache_specs). --kv-bytes-per-token gives the whole model's at TP 1, split
+    over TP."""
+    spec = _require_known(model)
+    if model.kv_bytes_override:
+        return KvLayout(math.ceil(model.kv_bytes_override / tensor))
+    per_layer = _attention_bytes(model, tensor)
+    per_token, per_sequence = 0, 0
+    windows: dict[int, int] = {}
+    for kind in layer_kinds(model):
+        if kind == "linear" and spec is not None:
+            per_sequence += linear_state_bytes(model, spec, tensor)
+        elif kind in ("sliding", "chunked") and hybrid and spec is not None:
+            window = int(model.text[spec.field(kind, "window" if kind == "sliding" else "chunk")])
+            windows[window] = windows.get(window, 0) + per_layer
+        elif kind != "linear":
+            per_token += per_layer
+    return KvLayout(per_token, tuple(sorted((b, w) for w, b in windows.items())), per_sequence)
+
+
+def kv_bytes_per_token(model: Model, tensor: int, *, hybrid: bool = False) -> int:
+    """KV-cache bytes one token takes on one device of a TP group, in the layers that keep every token."""
+    return kv_layout(model, tensor, hybrid=hybrid).per_token
+
+
+def _attention_parameters(model: Model, kind: str, spec: architectures.Architecture | None) -> int:
+    c, h = model.text, model.hidden_size
     heads, kv, hd = model.num_attention_heads, model.num_key_value_heads, model.head_dim
-    embeddings = model.vocab_size * h * (1 if model.tie_word_embeddings else 2)
+    if kind == "linear" and spec is not None:
+        key = int(c[spec.field("linear", "keyDim")]) * int(c[spec.field("linear", "keyHeads")])
+        value_heads = int(c[spec.field("linear", "valueHeads")])
+        value = int(c[spec.field("linear", "valueDim")]) * value_heads
+        # in_proj_qkvz, in_proj_ba, out_proj of Gated DeltaNet.
+        return h * (2 * key + 2 * value) + h * 2 * value_heads + value * h
     if model.is_mla:
         rope, nope = int(c.get("qk_rope_head_dim", 0)), int(c.get("qk_nope_head_dim", hd))
         v, latent, q_rank = int(c.get("v_head_dim", hd)), int(c["kv_lora_rank"]), c.get("q_lora_rank")
         q = h * q_rank + q_rank * heads * (nope + rope) if q_rank else h * heads * (nope + rope)
-        attention = q + h * (latent + rope) + latent * heads * (nope + v) + heads * v * h
-    else:
-        attention = 2 * h * heads * hd + 2 * h * kv * hd
-    experts = int(c.get("n_routed_experts") or c.get("num_experts") or 0)
+        return q + h * (latent + rope) + latent * heads * (nope + v) + heads * v * h
+    return 2 * h * heads * hd + 2 * h * kv * hd
+
+
+def parameters(model: Model) -> tuple[int, int]:
+    """(parameters outside routed experts, parameters of routed experts), counted from config.json
+    with the architecture's MoE layout (architectures.yaml moe)."""
+    spec = _require_known(model)
+    c, h, layers = model.text, model.hidden_size, model.num_hidden_layers
+    embeddings = model.vocab_size * h * (1 if model.tie_word_embeddings else 2)
+    attention = sum(_attention_parameters(model, kind, spec) for kind in layer_kinds(model))
+    experts = model.experts
     dense_mlp = 3 * h * model.intermediate_size
     if not experts:
-        return embeddings + layers * (attention + dense_mlp), 0
-    expert_size = 3 * h * int(c.get("moe_intermediate_size") or model.intermediate_size)
-    dense_layers = int(c.get("first_k_dense_replace", 0))
+        return embeddings + attention + layers * dense_mlp, 0
+    moe = spec.moe if spec else {}
+    intermediate = int(c.get(moe.get("intermediate", "moe_intermediate_size")) or model.intermediate_size)
+    expert_size = 3 * h * intermediate
+    dense_layers = int(c.get(moe.get("denseLayers", "first_k_dense_replace")) or 0)
     moe_layers = layers - dense_layers
-    shared = int(c.get("n_shared_experts") or 0) * expert_size + h * experts
-    rest = embeddings + layers * attention + dense_layers * dense_mlp + moe_layers * shared
+    shared_count = moe.get("shared", "n_shared_experts")
+    shared_experts = shared_count if isinstance(shared_count, int) else int(c.get(shared_count) or 0)
+    shared_intermediate = int(c.get(moe.get("sharedIntermediate", "")) or intermediate)
+    shared = shared_experts * 3 * h * shared_intermediate + h * experts
+    rest = embeddings + attention + dense_layers * dense_mlp + moe_layers * shared
     return rest, moe_layers * experts * expert_size
 
 
@@ -292,27 +479,53 @@ class RoleFit:
     max_model_len: int
     # The tokens (prompt plus output) a sequence is expected to hold: what max-num-seqs is sized by.
     context_len: int
+    # The KV cache of a sequence per layer kind; kv_tokens_per_rank is then the longest sequence
+    # that fits, and sequences are counted by their bytes (windows and states included).
+    layout: KvLayout | None = None
+    kv_bytes: float = 0.0
+
+    @property
+    def _plain(self) -> bool:
+        return self.layout is None or self.layout.plain
 
     @property
     def fits(self) -> bool:
         """max-num-seqs sequences of the expected length fit, and so does one max-model-len sequence."""
+        if self._plain or self.layout is None:
+            return (
+                self.max_model_len <= self.kv_tokens_per_rank
+                and self.max_num_seqs * self.context_len <= self.kv_tokens_per_rank
+            )
         return (
             self.max_model_len <= self.kv_tokens_per_rank
-            and self.max_num_seqs * self.context_len <= self.kv_tokens_per_rank
+            and self.max_num_seqs * self.layout.bytes_for(self.context_len) <= self.kv_bytes
         )
 
     @property
     def seqs_that_fit(self) -> int:
         """Sequences of the expected length the KV cache of a DP rank holds."""
-        return self.kv_tokens_per_rank // self.context_len if self.context_len else 0
+        if not self.context_len:
+            return 0
+        if self._plain or self.layout is None:
+            return self.kv_tokens_per_rank // self.context_len
+        return int(self.kv_bytes // self.layout.bytes_for(self.context_len))
 
 
 def device_weight_bytes(model: Model, tensor: int, data: int, *, expert_parallel: bool) -> float:
     """Bytes of weights on one device: everything but the routed experts split over TP; the
     routed experts over TP, or with expert parallelism over TP x DP (vLLM's EP size: docs.vllm.ai,
-    serving/expert_parallel_deployment, "EP_SIZE = TP_SIZE x DP_SIZE")."""
+    serving/expert_parallel_deployment, "EP_SIZE = TP_SIZE x DP_SIZE"). A quantization the
+    architecture sizes for its experts only (gpt-oss's MXFP4) counts the rest at torch_dtype.
+    --weights-gib gives the whole model's, split over TP."""
+    if model.weights_bytes_override:
+        return model.weights_bytes_override / tensor
     rest, experts = parameters(model)
     expert_shards = tensor * data if expert_parallel else tensor
+    size = model.quantization_size
+    if size and size.get("covers") == "routedExperts":
+        return rest / tensor * model.dtype_bytes + experts / expert_shards * float(size["bytesPerWeight"])
+    if size:
+        return (rest / tensor + experts / expert_shards) * float(size["bytesPerWeight"])
     return (rest / tensor + experts / expert_shards) * model.weight_bytes
 
 
@@ -329,25 +542,29 @@ def fit(
     max_model_len: int,
     context_len: int | None = None,
     expert_parallel: bool = False,
+    hybrid: bool = False,
 ) -> RoleFit:
     """What fits on one device of a role; context_len (the expected tokens of a sequence)
-    defaults to max_model_len, sizing for sequences that all reach it."""
+    defaults to max_model_len, sizing for sequences that all reach it; hybrid: vLLM's hybrid KV
+    cache manager runs (kv_layout)."""
     weights = device_weight_bytes(model, tensor, data, expert_parallel=expert_parallel)
     activations = 2 * GIB + max_num_batched_tokens * model.hidden_size * 12
     usable = hbm_gib * GIB * memory_utilization
     kv = max(0.0, usable - weights - activations)
-    per_token = kv_bytes_per_token(model, tensor)
+    layout = kv_layout(model, tensor, hybrid=hybrid)
     return RoleFit(
         role=role,
         tensor=tensor,
         data=data,
-        kv_bytes_per_token=per_token,
+        kv_bytes_per_token=layout.per_token,
         weights_gib=weights / GIB,
         activations_gib=activations / GIB,
         usable_gib=usable / GIB,
         kv_gib=kv / GIB,
-        kv_tokens_per_rank=int(kv // per_token),
+        kv_tokens_per_rank=layout.tokens_in(kv),
         max_num_seqs=max_num_seqs,
         max_model_len=max_model_len,
         context_len=context_len or max_model_len,
+        layout=layout,
+        kv_bytes=kv,
     )

@@ -30,6 +30,14 @@ What comes from config.json:
                 checkpoint or an msModelSlim W8A8 one). bits (AWQ, GPTQ): bits/8 per weight,
                 NVIDIA only; another method: sized as torch_dtype, with a warning.
   max-model-len at most max_position_embeddings (above it only with --force).
+  architecture  architectures[0], looked up in the architecture table (architectures.yaml beside
+                the tool; docs/models-and-accelerators.md lists it): the kind of each layer, the
+                MoE layout, and which engine versions run it on which accelerator. An engine
+                version that does not run it is refused (exit 2), naming the versions and
+                accelerators that do; experimental, untested or unrecorded support is a warning
+                in the header. An architecture the table does not know is refused unless
+                --architecture names a known one to estimate it as, or --kv-bytes-per-token and
+                --weights-gib give the estimate's two figures.
 
 Not from config.json: network.interface is auto (the interface of the default route, found when
 the container starts) unless --interface names the node's NIC; the chart's own default,
@@ -44,7 +52,13 @@ node; the KV cache holds at least max-model-len tokens per DP rank.
 
 KV-cache estimate, printed as a table on stderr (estimated, not profiled):
   KV bytes/token/device = 2 x layers x ceil(KV heads / TP) (at least 1) x head_dim x dtype bytes;
-                          MLA: layers x (kv_lora_rank + qk_rope_head_dim) x dtype bytes
+                          MLA: layers x (kv_lora_rank + qk_rope_head_dim) x dtype bytes;
+                          counting the layers that keep every token: a sliding-window (gpt-oss)
+                          or chunked-local (Llama 4) layer keeps at most its window of a
+                          sequence where vLLM's hybrid KV cache manager runs under PD (v0.23.0
+                          and later), every token where it does not; a linear-attention layer
+                          (Qwen3-Next) holds a fixed state per sequence instead; the header's
+                          notes say which
   weights/device        = parameters counted from config.json x bytes per weight / TP
                           (routed experts / (TP x DP) with --enable-expert-parallel)
   KV memory/device      = HBM (64 GiB on A3 and A2) x gpu-memory-utilization - weights
@@ -94,7 +108,12 @@ def recorded_options(argv: list[str]) -> argparse.Namespace:
 
 def run(args: argparse.Namespace) -> int:
     hbm_gib = gen.device_memory(args.accelerator, args.gpu, args.device_memory_gib)
-    model = modelmod.load(args.model_dir)
+    model = modelmod.configure(
+        modelmod.load(args.model_dir),
+        architecture=args.architecture,
+        kv_bytes_per_token=args.kv_bytes_per_token,
+        weights_gib=args.weights_gib,
+    )
     name = model.path.parent.name
     roles = {role: _role_topology(args, role) for role in gen.ROLES}
     result = gen.generate(
@@ -145,6 +164,33 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     add_options(generate)
     generate.set_defaults(func=run)
+
+
+def add_estimate_options(parser: argparse.ArgumentParser, *, recorded: str = "") -> None:
+    """The estimate's inputs for an architecture it does not know (also update's)."""
+    parser.add_argument(
+        "--architecture",
+        metavar="NAME",
+        help="estimate the model as this known architecture (config.json's architectures[0] otherwise), for one "
+        "the estimate does not know whose config.json has the known one's fields; known: "
+        + ", ".join(modelmod.KNOWN_ARCHITECTURES)
+        + recorded,
+    )
+    parser.add_argument(
+        "--kv-bytes-per-token",
+        type=cli.positive_int,
+        metavar="N",
+        help="KV-cache bytes of one token for the whole model at TP 1 (all layers, all KV heads), split over TP "
+        "on each device, instead of the estimate's; with --weights-gib, for an architecture it does not know"
+        + recorded,
+    )
+    parser.add_argument(
+        "--weights-gib",
+        type=cli.positive_float,
+        metavar="GIB",
+        help="GiB of weights of the whole model as loaded (its checkpoint's size), split over TP on each device, "
+        "instead of the estimate's" + recorded,
+    )
 
 
 def add_options(generate: argparse.ArgumentParser) -> None:
@@ -238,6 +284,7 @@ def add_options(generate: argparse.ArgumentParser) -> None:
         "(by default the engines' preflight derives head_dim from the mounted model)",
     )
     generate.add_argument("--force", action="store_true", help="allow --max-model-len above max_position_embeddings")
+    add_estimate_options(generate)
     generate.add_argument(
         "--image", help="engine image as repository:tag (default: the engine version's for the accelerator)"
     )

@@ -35,12 +35,24 @@ the estimate is for the file's, and stderr says so.
 A --model-dir whose directory name differs (ignoring case) from the recorded --model-dir's gives
 a warning naming both: the file was generated for another model (run generate for a new one).
 
+--architecture, --kv-bytes-per-token and --weights-gib (an architecture the estimate does not
+know) are read from the recorded command too, or given here.
+
 A file without a recorded command (written by hand) is estimated as before: device memory of
 the accelerator (or --gpu, --device-memory-gib), sequences of max-model-len tokens (or
 --expected-context-len), and max-num-seqs only ever lowered from the file's own."""
 
 # The update options that override a recorded generate option of the same name.
-OVERRIDES = ("gpu", "device_memory_gib", "expected_context_len", "fixed_head_dim", "force")
+OVERRIDES = (
+    "gpu",
+    "device_memory_gib",
+    "expected_context_len",
+    "fixed_head_dim",
+    "force",
+    "architecture",
+    "kv_bytes_per_token",
+    "weights_gib",
+)
 
 
 def _option(name: str) -> str:
@@ -144,6 +156,7 @@ def run(args: argparse.Namespace) -> int:
         raise gen.GenerateError(f"--gpu {args.gpu}: accelerator.type {kind} has no device variants; drop --gpu")
     argv = header.command(text)
     changed: dict[str, Any] = {}
+    warnings: list[str] = []
     if argv is None:
         # Written by hand: estimated as before this command read headers.
         inputs = argparse.Namespace(**{name: getattr(args, name) for name in OVERRIDES})
@@ -152,8 +165,19 @@ def run(args: argparse.Namespace) -> int:
         recorded, inputs, changed = recorded_inputs(args, header.arguments(argv), effective)
         caps = gen.seq_caps(defaults)
         warning = mismatch(recorded.model_dir, model, args.values_file)
-        for line in [*([warning] if warning else []), *file_differences(recorded, effective, args.values_file)]:
-            print(line, file=sys.stderr)
+        warnings = [*([warning] if warning else []), *file_differences(recorded, effective, args.values_file)]
+    model = modelmod.configure(
+        model,
+        architecture=inputs.architecture,
+        kv_bytes_per_token=inputs.kv_bytes_per_token,
+        weights_gib=inputs.weights_gib,
+    )
+    # An architecture the estimate does not know stops here, before anything else is said.
+    problem = model.unknown_problem()
+    if problem:
+        raise modelmod.ModelError(problem)
+    for line in warnings:
+        print(line, file=sys.stderr)
     keys, result = gen.derived(
         model,
         effective,
@@ -240,4 +264,5 @@ def register(sub: argparse._SubParsersAction) -> None:
         default=None,
         help="allow maxModelLen above max_position_embeddings (default: the recorded choice)",
     )
+    commands.load("generate").add_estimate_options(update, recorded=" (default: the recorded one)")
     update.set_defaults(func=run)
