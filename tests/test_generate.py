@@ -20,6 +20,8 @@ from mooncake_pd.values_file import MODELINE, schema_ref
 
 FIXTURES = Path(__file__).parent / "fixtures"
 MODELS = FIXTURES / "models"
+# Real config.json files of current architectures, each with its SOURCE.md.
+ARCHITECTURES = FIXTURES / "architectures"
 BROKEN = FIXTURES / "broken"
 VALUES_FILES = sorted(paths.VALUES_DIR.glob("*.yaml"))
 # Files the tool cannot write (the cpu profile has no device memory to estimate); each says so.
@@ -347,11 +349,17 @@ BROKEN_CASES = [
     ("invalid-json", "config.json: invalid JSON at line 2"),
     ("missing-heads", "config.json: num_attention_heads: missing"),
     ("string-layers", "config.json: num_hidden_layers: '28' is not an integer"),
-    ("unknown-arch", "config.json: architectures: 'MambaForCausalLM' is not one the estimate knows"),
+    # Issue #40 item 3: a way forward, not a dead end.
+    (
+        "unknown-arch",
+        "config.json: architectures: 'MambaForCausalLM' is not one the estimate knows (known: Qwen2ForCausalLM, ",
+    ),
+    ("unknown-arch", "give --architecture NAME to estimate it as a known architecture"),
+    ("unknown-arch", "or --kv-bytes-per-token and --weights-gib"),
 ]
 
 
-@pytest.mark.parametrize(("case", "message"), BROKEN_CASES, ids=[c for c, _ in BROKEN_CASES])
+@pytest.mark.parametrize(("case", "message"), BROKEN_CASES, ids=[f"{c}-{i}" for i, (c, _) in enumerate(BROKEN_CASES)])
 @pytest.mark.parametrize("command", ["generate", "update"])
 def test_bad_model_files_exit_2_and_touch_nothing(tmp_path: Path, case: str, message: str, command: str):
     model_dir = BROKEN / case
@@ -787,3 +795,280 @@ def test_a_moe_model_gets_a_hint_about_expert_parallelism(tmp_path: Path):
     assert proc.returncode == 0 and "mixture-of-experts" not in proc.stderr, proc.stderr
     dense = cli("generate", "--model-dir", MODELS / "Qwen3-8B")
     assert "mixture-of-experts" not in dense.stderr
+
+
+# Issue #40 item 3: architectures as data (scripts/mooncake_pd/architectures.yaml). Each expected
+# figure is worked out by hand in its comment, from the vendored config.json and vLLM's KV-cache
+# specs (vllm/v1/kv_cache_interface.py at 0.13.0 and 0.23.0: AttentionSpec 2 x KV heads x head
+# size x dtype bytes a token a layer; MLAAttentionSpec one latent of kv_lora_rank +
+# qk_rope_head_dim; SlidingWindowSpec and ChunkedLocalAttentionSpec the same page, the window of
+# tokens only under the hybrid KV cache manager; MambaSpec the gated_delta_net state).
+LAYOUTS = [
+    # gpt-oss-20b: 24 layers, 8 KV heads of 64, bf16: 2 x 8 x 64 x 2 = 2,048 B a layer. Without
+    # the hybrid manager (PD at 0.13/0.18) every layer keeps every token: 24 x 2,048 = 49,152.
+    ("gpt-oss-20b", 1, False, (49_152, (), 0)),
+    # With it (0.23.0), the 12 odd layers are full (12 x 2,048 = 24,576 a token) and the 12 even
+    # layers slide over sliding_window 128: (24,576 B a token, at most 128 tokens).
+    ("gpt-oss-20b", 1, True, (24_576, ((24_576, 128),), 0)),
+    # TP 8: one KV head a device (8 / 8): 2 x 1 x 64 x 2 = 256 B a layer; 12 x 256 = 3,072.
+    ("gpt-oss-20b", 8, True, (3_072, ((3_072, 128),), 0)),
+    # gpt-oss-120b: 36 layers, 18 full and 18 sliding: 18 x 2,048 = 36,864 each.
+    ("gpt-oss-120b", 1, True, (36_864, ((36_864, 128),), 0)),
+    ("gpt-oss-120b", 1, False, (73_728, (), 0)),
+    # Qwen3-30B-A3B: 48 layers, 4 KV heads of head_dim 128 (not 2048 / 32 = 64): 2 x 4 x 128 x 2 =
+    # 2,048 a layer, 98,304 a token; TP 8: one head a device, 512 a layer, 24,576.
+    ("qwen3-30b-a3b", 1, False, (98_304, (), 0)),
+    ("qwen3-30b-a3b", 8, False, (24_576, (), 0)),
+    # Qwen3-Next-80B-A3B: 12 full layers (every 4th), 2 KV heads of 256: 2 x 2 x 256 x 2 = 2,048,
+    # 12 x 2,048 = 24,576 a token. 36 linear layers, each a state per sequence: conv (4 - 1) x
+    # (128 x 16 x 2 + 128 x 32) = 3 x 8,192 = 24,576 elements, temporal 32 x 128 x 128 = 524,288,
+    # bf16: (24,576 + 524,288) x 2 = 1,097,728 B; x 36 = 39,518,208 B (37.7 MiB).
+    ("qwen3-next-80b-a3b", 1, True, (24_576, (), 39_518_208)),
+    # TP 8: KV heads 2 < 8, one a device: 12 x 2 x 1 x 256 x 2 = 12,288; state: conv 24,576 / 8 =
+    # 3,072, temporal 32 / 8 = 4 x 128 x 128 = 65,536: (3,072 + 65,536) x 2 x 36 = 4,939,776.
+    ("qwen3-next-80b-a3b", 8, True, (12_288, (), 4_939_776)),
+    # Kimi-K2 (MLA): 61 layers x (kv_lora_rank 512 + qk_rope_head_dim 64) x 2 = 70,272, the
+    # latent on every TP rank, whatever num_key_value_heads (64) says.
+    ("kimi-k2-instruct", 1, False, (70_272, (), 0)),
+    ("kimi-k2-instruct", 16, False, (70_272, (), 0)),
+    # GLM-4.5-Air: 46 layers, 8 KV heads of head_dim 128 (4096 / 96 is no integer):
+    # 2 x 8 x 128 x 2 = 4,096 a layer, 188,416 a token; TP 8: 46 x 512 = 23,552.
+    ("glm-4.5-air", 1, False, (188_416, (), 0)),
+    ("glm-4.5-air", 8, False, (23_552, (), 0)),
+    # Llama-4-Scout (text_config): 48 layers, 8 KV heads of 128: 4,096 a layer. vLLM turns the
+    # hybrid manager off for chunked-local attention by default, so all 48 keep every token:
+    # 196,608. Were it on: 12 NoPE global layers (every 4th) 49,152 a token, 36 chunked layers
+    # 147,456 a token over at most attention_chunk_size 8,192 tokens.
+    ("llama-4-scout-17b-16e-instruct", 1, False, (196_608, (), 0)),
+    ("llama-4-scout-17b-16e-instruct", 1, True, (49_152, ((147_456, 8_192),), 0)),
+]
+
+
+@pytest.mark.parametrize(("name", "tensor", "hybrid", "expected"), LAYOUTS)
+def test_kv_cache_per_layer_kind_as_vllm_allocates_it(name: str, tensor: int, hybrid: bool, expected: tuple):
+    layout = model.kv_layout(model.load(ARCHITECTURES / name), tensor, hybrid=hybrid)
+    assert (layout.per_token, layout.windowed, layout.per_sequence) == expected
+
+
+@pytest.mark.parametrize(
+    ("name", "billions"),
+    [
+        ("gpt-oss-20b", 20.91),  # OpenAI's model card: 20.91B parameters
+        ("gpt-oss-120b", 116.83),  # 116.83B
+        ("qwen3-30b-a3b", 30.5),  # Qwen's model card: 30.5B
+        ("qwen3-next-80b-a3b", 80.0),  # 80B
+        ("kimi-k2-instruct", 1026.0),  # "1T", 1.026T as counted by the Hub
+        ("glm-4.5-air", 106.0),  # 106B
+        ("llama-4-scout-17b-16e-instruct", 107.8),  # 109B with the vision encoder, not counted
+    ],
+)
+def test_parameter_count_of_current_architectures(name: str, billions: float):
+    rest, experts = model.parameters(model.load(ARCHITECTURES / name))
+    assert (rest + experts) / 1e9 == pytest.approx(billions, rel=0.02)
+
+
+def test_gpt_oss_mxfp4_experts_are_sized_at_4_25_bits():
+    """20.91B parameters, 19.11B of them routed experts in MXFP4 (4-bit values and an 8-bit
+    scale per 32: 4.25 bits, 0.53125 B), the rest bf16: 1.80B x 2 + 19.11B x 0.53125 = 13.75e9 B,
+    12.8 GiB, the size of the published checkpoint (13.8 GB)."""
+    oss = model.load(ARCHITECTURES / "gpt-oss-20b")
+    rest, experts = model.parameters(oss)
+    assert model.device_weight_bytes(oss, 1, 1, expert_parallel=False) == rest * 2 + experts * 0.53125
+    assert model.device_weight_bytes(oss, 1, 1, expert_parallel=False) / model.GIB == pytest.approx(12.8, abs=0.05)
+
+
+def test_sequences_count_their_windows_and_states():
+    """A sequence of 4,096 tokens of gpt-oss-20b at TP 8 under the hybrid manager: 3,072 x 4,096
+    + 3,072 x 128 = 12,976,128 B; the longest sequence in 1 GiB: (1,073,741,824 - 393,216) /
+    3,072 = 349,397 tokens. Qwen3-Next at TP 8: 12,288 x 4,096 + 4,939,776 = 55,271,424 B."""
+    layout = model.kv_layout(model.load(ARCHITECTURES / "gpt-oss-20b"), 8, hybrid=True)
+    assert layout.bytes_for(4096) == 12_976_128
+    assert layout.bytes_for(100) == 3_072 * 100 * 2
+    assert layout.tokens_in(model.GIB) == (model.GIB - 393_216) // 3_072 == 349_397
+    nxt = model.kv_layout(model.load(ARCHITECTURES / "qwen3-next-80b-a3b"), 8, hybrid=True)
+    assert nxt.bytes_for(4096) == 55_271_424
+    fit = model.fit(
+        model.load(ARCHITECTURES / "qwen3-next-80b-a3b"),
+        role="decode",
+        tensor=8,
+        data=1,
+        hbm_gib=80,
+        memory_utilization=0.9,
+        max_num_batched_tokens=8192,
+        max_num_seqs=256,
+        max_model_len=32768,
+        context_len=4096,
+        hybrid=True,
+    )
+    assert fit.seqs_that_fit == int(fit.kv_bytes // 55_271_424)
+    assert fit.seqs_that_fit < fit.kv_tokens_per_rank // 4096  # the states take room
+
+
+def test_every_profile_family_and_engine_version_has_a_support_row():
+    """Every accelerator generate writes for: each architecture says what each engine version
+    of it does, but those not read (vLLM 0.32.0 on NVIDIA: generate warns "support not recorded")."""
+    from mooncake_pd import architectures, profiles
+
+    assert architectures.check(architectures.load()) == []
+    for name in architectures.names():
+        spec = architectures.get(name)
+        assert spec is not None
+        for accelerator in gen.ACCELERATORS:
+            family = gen.ACCELERATORS[accelerator].family
+            missing = [v for v in profiles.versions_for(accelerator) if spec.support(family, v) is None]
+            assert missing in ([], ["v0.32.0"]), (name, accelerator, missing)
+
+
+UNSUPPORTED = [
+    # gpt-oss: no Ascend attention path at v0.13.0; v0.18.0 and v0.23.0 untested (BF16 re-exports).
+    (
+        "gpt-oss-20b",
+        ["--engine-version", "v0.13.0"],
+        "GptOssForCausalLM (gpt_oss) on ascend-a3 at engine version v0.13.0: not supported: no Ascend attention "
+        "path for sinks and sliding windows at v0.13.0; vllm-project/vllm-ascend commit 7221045777",
+    ),
+    ("gpt-oss-20b", ["--engine-version", "v0.13.0"], "give --engine-version (engine.version) v0.18.0 (untested) or "),
+    (
+        "gpt-oss-20b",
+        ["--engine-version", "v0.13.0"],
+        " or --accelerator nvidia (v0.13.0, v0.18.0, v0.23.0, v0.32.0 (unrecorded), v0.33.0)",
+    ),
+    # Llama 4: ❌ in vLLM-Ascend's matrix at every tag; NVIDIA runs it.
+    (
+        "llama-4-scout-17b-16e-instruct",
+        [],
+        "not supported: Llama4 ❌, vllm-ascend#1972; vllm-project/vllm-ascend v0.13.0 docs/source/user_guide/"
+        "support_matrix/supported_models.md line 80; no engine version on ascend-a3 runs it; use --accelerator nvidia",
+    ),
+    # Qwen3-Next under PD at 0.13: the connector turns the hybrid KV cache manager off and vLLM
+    # cannot place the linear-attention states.
+    (
+        "qwen3-next-80b-a3b",
+        ["--accelerator", "nvidia", "--prefill-tp", "4", "--decode-tp", "4", "--prefill-dp", "1", "--decode-dp", "1"],
+        "its linear-attention layers need vLLM's hybrid KV cache manager, which PD with NixlConnector turns off at "
+        "v0.13.0",
+    ),
+    (
+        "qwen3-next-80b-a3b",
+        ["--engine-version", "v0.18.0"],
+        "give --engine-version (engine.version) v0.23.0 (experimental)",
+    ),
+]
+
+
+@pytest.mark.parametrize(("name", "options", "message"), UNSUPPORTED)
+def test_an_engine_version_that_does_not_run_the_architecture_is_refused(
+    tmp_path: Path, name: str, options: list[str], message: str
+):
+    out = tmp_path / "values.yaml"
+    proc = cli("generate", "--model-dir", ARCHITECTURES / name, *options, "--output", out)
+    assert proc.returncode == 2, proc.stderr
+    assert message in proc.stderr
+    assert not out.exists()
+
+
+def test_uncertain_support_is_a_warning_in_the_header(tmp_path: Path):
+    """Qwen3-Next at vLLM-Ascend v0.23.0 is experimental (🔵, its support matrix line 44); vLLM
+    0.32.0's registry was not read: both generate, and say so."""
+    options = ["--prefill-tp", "8", "--prefill-dp", "1", "--decode-tp", "8", "--decode-dp", "1"]
+    text = cli(
+        "generate", "--model-dir", ARCHITECTURES / "qwen3-next-80b-a3b", "--engine-version", "v0.23.0", *options
+    ).stdout
+    assert (
+        "# WARNING: Qwen3NextForCausalLM (qwen3_next) on ascend-a3 at v0.23.0: experimental: PD column empty; "
+        "vllm-project/vllm-ascend v0.23.0 docs/source/user_guide/support_matrix/supported_models.md line 44"
+    ) in text
+    assert "# KV cache: 36 linear-attention layers hold a fixed state per sequence" in text
+    proc = cli(
+        "generate",
+        "--model-dir",
+        ARCHITECTURES / "qwen3-30b-a3b",
+        "--accelerator",
+        "nvidia",
+        "--engine-version",
+        "v0.32.0",
+        *options,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "WARNING: Qwen3MoeForCausalLM (qwen3_moe) on nvidia at v0.32.0: support not recorded" in proc.stderr
+
+
+def test_sliding_window_layers_keep_every_token_where_pd_turns_the_hybrid_manager_off():
+    """gpt-oss-20b on NVIDIA at TP 8: 6,144 B a token at 0.13.0 (24 x 256), 3,072 at 0.23.0,
+    where NIXL supports the hybrid manager (12 x 256 plus 128 tokens of the sliding layers)."""
+    options = ["--accelerator", "nvidia", "--prefill-tp", "8", "--prefill-dp", "1", "--decode-tp", "8"]
+    old = cli("generate", "--model-dir", ARCHITECTURES / "gpt-oss-20b", *options, "--decode-dp", "1")
+    new = cli(
+        "generate",
+        "--model-dir",
+        ARCHITECTURES / "gpt-oss-20b",
+        *options,
+        "--decode-dp",
+        "1",
+        "--engine-version",
+        "v0.23.0",
+    )
+    assert old.returncode == new.returncode == 0, old.stderr + new.stderr
+    assert re.search(r"^decode +8 x 1 +6,144 ", old.stderr, re.M)
+    assert "12 sliding-window layers keep every token (PD with NixlConnector turns" in old.stderr
+    assert re.search(r"^decode +8 x 1 +3,072 ", new.stderr, re.M)
+    assert "12 sliding-window layers keep at most 128 tokens of a sequence" in new.stderr
+    # gpt-oss's MXFP4 is sized (no warning that the estimate guessed).
+    assert "does not know its bytes per weight" not in old.stderr
+
+
+def test_an_unknown_architecture_has_a_way_forward(tmp_path: Path):
+    """MambaForCausalLM is not in the table: --architecture estimates it as a known one, or the
+    two figures are given; update reads them back from the header and is clean."""
+    unknown = BROKEN / "unknown-arch"
+    as_qwen2 = tmp_path / "as-qwen2.yaml"
+    proc = cli("generate", "--model-dir", unknown, "--architecture", "Qwen2ForCausalLM", "-o", as_qwen2)
+    assert proc.returncode == 0, proc.stderr
+    # 28 layers x 2 KV heads of 1536 / 12 = 128 over TP 2: 2 x 28 x 1 x 128 x 2 = 14,336.
+    assert re.search(r"^prefill +2 x 4 +14,336 ", proc.stderr, re.M)
+    assert "WARNING" not in proc.stderr
+    by_hand = tmp_path / "by-hand.yaml"
+    figures = ["--kv-bytes-per-token", "40000", "--weights-gib", "20"]
+    proc = cli("generate", "--model-dir", unknown, *figures, "-o", by_hand)
+    assert proc.returncode == 0, proc.stderr
+    # 40,000 / TP 2 = 20,000 B a token; 20 GiB / TP 2 = 10.0 GiB a device.
+    assert re.search(r"^prefill +2 x 4 +20,000 +10\.0 ", proc.stderr, re.M)
+    assert "WARNING: MambaForCausalLM on ascend-a3 at v0.13.0: support not recorded" in proc.stderr
+    for path in (as_qwen2, by_hand):
+        check = cli("update", path, "--model-dir", unknown, "--check")
+        assert check.returncode == 0, check.stdout + check.stderr
+    bad = cli("generate", "--model-dir", unknown, "--architecture", "Mamba")
+    assert bad.returncode == 2
+    assert "--architecture Mamba: not one the estimate knows; known: Qwen2ForCausalLM" in bad.stderr
+
+
+def test_kimi_k2_needs_remote_code_and_is_mla():
+    """Kimi-K2's config.json names its own classes (auto_map), which vLLM 0.13 needs for
+    model_type kimi_k2; it is MLA (no head_dim override) and MoE (384 routed experts)."""
+    kimi = model.load(ARCHITECTURES / "kimi-k2-instruct")
+    assert (kimi.is_mla, kimi.is_moe, kimi.experts, kimi.needs_head_dim_override) == (True, True, 384, False)
+    values, _ = generated(
+        "--model-dir",
+        ARCHITECTURES / "kimi-k2-instruct",
+        "--accelerator",
+        "nvidia",
+        "--gpu",
+        "h200",
+        "--prefill-tp",
+        "8",
+        "--prefill-dp",
+        "2",
+        "--prefill-nodes",
+        "2",
+        "--decode-tp",
+        "8",
+        "--decode-dp",
+        "2",
+        "--decode-nodes",
+        "2",
+        "--enable-expert-parallel",
+        "--max-model-len",
+        "8192",
+    )
+    assert values["engine"]["args"]["trust-remote-code"] is True
+    assert values["model"]["mla"] is True

@@ -304,3 +304,45 @@ def test_a_number_the_estimate_reads_from_the_file_is_checked_naming_the_key(
     assert code == 2 and "Traceback" not in err
     assert message in err
     assert path.read_text() == body and sorted(p.name for p in tmp_path.iterdir()) == ["values.yaml"]
+
+
+ARCHITECTURES = Path(__file__).parent / "fixtures" / "architectures"
+EIGHT_GPUS = ("--prefill-tp", "8", "--prefill-dp", "1", "--decode-tp", "8", "--decode-dp", "1")
+
+
+def test_an_engine_version_edited_by_hand_changes_how_sliding_layers_are_counted(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+):
+    """Issue #40 item 3: gpt-oss-20b on NVIDIA generated for vLLM 0.23.0 (the hybrid KV cache
+    manager runs under PD: 3,072 B a token at TP 8) and moved to 0.13.0 by hand (it does not:
+    6,144); update rewrites the estimate and its KV cache note, and is clean after."""
+    path = tmp_path / "oss.yaml"
+    oss = ARCHITECTURES / "gpt-oss-20b"
+    text = generate(
+        capsys, path, "--model-dir", oss, "--accelerator", "nvidia", "--engine-version", "v0.23.0", *EIGHT_GPUS
+    )
+    assert "keep at most 128 tokens of a sequence" in text
+    path.write_text(text.replace("version: v0.23.0", "version: v0.13.0"))
+    code, _, err = run(capsys, "update", path, "--model-dir", oss, "--check")
+    assert code == 1, err
+    code, _, err = run(capsys, "update", path, "--model-dir", oss)
+    assert code == 0, err
+    updated = path.read_text()
+    assert "# decode   8 x 1    6,144 " in updated
+    assert "12 sliding-window layers keep every token (PD with NixlConnector turns" in updated
+    assert run(capsys, "update", path, "--model-dir", oss, "--check")[0] == 0
+
+
+def test_update_refuses_a_version_that_does_not_run_the_architecture(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+):
+    """Qwen3-Next generated for vLLM-Ascend v0.23.0, then engine.version v0.13.0 by hand: refused
+    (its linear-attention layers stop vLLM at start there), the file untouched."""
+    path = tmp_path / "next.yaml"
+    nxt = ARCHITECTURES / "qwen3-next-80b-a3b"
+    text = generate(capsys, path, "--model-dir", nxt, "--engine-version", "v0.23.0", *EIGHT_GPUS)
+    path.write_text(text.replace("version: v0.23.0", "version: v0.13.0"))
+    code, _, err = run(capsys, "update", path, "--model-dir", nxt)
+    assert code == 2
+    assert "at engine version v0.13.0: not supported: its linear-attention layers need" in err
+    assert path.read_text() == text.replace("version: v0.23.0", "version: v0.13.0")

@@ -51,6 +51,11 @@ def check(table: dict[str, Any]) -> list[str]:
         for variant in variants:
             for family, versions in (variant.get("support") or {}).items():
                 for version, cell in versions.items():
+                    extra = sorted(set(cell) - {"status", "source", "line", "note"})
+                    if extra:
+                        problems.append(
+                            f"{where}.support.{family}.{version}: unknown keys {extra} (quote a note with commas)"
+                        )
                     if cell.get("status") not in STATUSES:
                         problems.append(f"{where}.support.{family}.{version}.status: {cell.get('status')!r}")
                     if cell.get("source") not in sources:

@@ -279,7 +279,7 @@ def check_support(model: modelmod.Model, effective: dict[str, Any]) -> str | Non
             if here
             else f"no engine version on {kind} runs it"
         )
-        elsewhere = (", or " if here else "; use ") + "; ".join(there) if there else ""
+        elsewhere = (", or " if here else "; use ") + " or ".join(there) if there else ""
         raise GenerateError(
             f"--model-dir {model.path.parent}: {name} on {kind} at engine version {version}: not supported: "
             f"{found.reason}; {fix}{elsewhere}"
