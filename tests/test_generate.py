@@ -906,8 +906,8 @@ def test_sequences_count_their_windows_and_states():
 
 def test_every_profile_family_and_engine_version_has_a_support_row():
     """Every accelerator generate writes for: each architecture says what each engine version
-    of it does, but those not read (vLLM 0.32.0 on NVIDIA: generate warns "support not recorded")."""
-    from mooncake_pd import architectures, profiles
+    of it does, and the page lists it as the data says (`make docs`)."""
+    from mooncake_pd import architectures, docs, profiles
 
     assert architectures.check(architectures.load()) == []
     for name in architectures.names():
@@ -916,7 +916,10 @@ def test_every_profile_family_and_engine_version_has_a_support_row():
         for accelerator in gen.ACCELERATORS:
             family = gen.ACCELERATORS[accelerator].family
             missing = [v for v in profiles.versions_for(accelerator) if spec.support(family, v) is None]
-            assert missing in ([], ["v0.32.0"]), (name, accelerator, missing)
+            assert missing == [], (name, accelerator, missing)
+    page = docs.PROFILES_PAGE.read_text()
+    assert docs.architectures_table() in page, "docs/models-and-accelerators.md: run `make docs`"
+    assert "| `GptOssForCausalLM` | gpt-oss-20b, gpt-oss-120b |" in page
 
 
 UNSUPPORTED = [
@@ -931,7 +934,7 @@ UNSUPPORTED = [
     (
         "gpt-oss-20b",
         ["--engine-version", "v0.13.0"],
-        " or --accelerator nvidia (v0.13.0, v0.18.0, v0.23.0, v0.32.0 (unrecorded), v0.33.0)",
+        " or --accelerator nvidia (v0.13.0, v0.18.0, v0.23.0, v0.32.0, v0.33.0)",
     ),
     # Llama 4: ❌ in vLLM-Ascend's matrix at every tag; NVIDIA runs it.
     (
@@ -968,8 +971,8 @@ def test_an_engine_version_that_does_not_run_the_architecture_is_refused(
 
 
 def test_uncertain_support_is_a_warning_in_the_header(tmp_path: Path):
-    """Qwen3-Next at vLLM-Ascend v0.23.0 is experimental (🔵, its support matrix line 44); vLLM
-    0.32.0's registry was not read: both generate, and say so."""
+    """Qwen3-Next at vLLM-Ascend v0.23.0 is experimental (🔵, its support matrix line 44), Qwen2-MoE
+    untested there: both generate, and say so."""
     options = ["--prefill-tp", "8", "--prefill-dp", "1", "--decode-tp", "8", "--decode-dp", "1"]
     text = cli(
         "generate", "--model-dir", ARCHITECTURES / "qwen3-next-80b-a3b", "--engine-version", "v0.23.0", *options
@@ -979,18 +982,16 @@ def test_uncertain_support_is_a_warning_in_the_header(tmp_path: Path):
         "vllm-project/vllm-ascend v0.23.0 docs/source/user_guide/support_matrix/supported_models.md line 44"
     ) in text
     assert "# KV cache: 36 linear-attention layers hold a fixed state per sequence" in text
-    proc = cli(
-        "generate",
-        "--model-dir",
-        ARCHITECTURES / "qwen3-30b-a3b",
-        "--accelerator",
-        "nvidia",
-        "--engine-version",
-        "v0.32.0",
-        *options,
-    )
+    # Qwen2-MoE is not in vLLM-Ascend's support matrix: untested.
+    config = json.loads((ARCHITECTURES / "qwen3-30b-a3b" / "config.json").read_text())
+    (tmp_path / "moe").mkdir()
+    (tmp_path / "moe" / "config.json").write_text(json.dumps({**config, "architectures": ["Qwen2MoeForCausalLM"]}))
+    proc = cli("generate", "--model-dir", tmp_path / "moe", *options)
     assert proc.returncode == 0, proc.stderr
-    assert "WARNING: Qwen3MoeForCausalLM (qwen3_moe) on nvidia at v0.32.0: support not recorded" in proc.stderr
+    assert (
+        "WARNING: Qwen2MoeForCausalLM (qwen3_moe) on ascend-a3 at v0.13.0: untested: not in the support matrix; "
+        "vllm-project/vllm-ascend v0.13.0 docs/source/user_guide/support_matrix/supported_models.md"
+    ) in proc.stderr
 
 
 def test_sliding_window_layers_keep_every_token_where_pd_turns_the_hybrid_manager_off():

@@ -150,6 +150,20 @@ class Architecture:
     def families(self) -> list[str]:
         return list(self.row.get("support") or {})
 
+    def kinds(self) -> set[str]:
+        """The layer kinds the architecture can have (its `layers` rule)."""
+        rule = self.row["layers"]
+        if "all" in rule:
+            return {str(rule["all"])}
+        kinds = {str(k) for k in (rule.get("kinds") or {}).values()}
+        return kinds | {str(rule["default"]["kind"]), str(rule["default"]["others"])}
+
+    def variants(self) -> list[str]:
+        return list(self.row.get("variants") or {})
+
+    def variant_models(self, model_type: str) -> str:
+        return str(((self.row.get("variants") or {}).get(model_type) or {}).get("models") or "")
+
 
 def get(name: str | None) -> Architecture | None:
     row = load()["architectures"].get(name or "")
@@ -179,3 +193,33 @@ def hybrid_kv_cache(version: str, connector: str, args: dict[str, Any] | None = 
 
 def hybrid_source(version: str) -> str:
     return str((load()["hybridKvCache"].get(version) or {}).get("source") or "not recorded")
+
+
+# vLLM's refusal at start of a linear-attention model without the hybrid KV cache manager.
+NO_HYBRID = "Hybrid KV cache manager is disabled but failed to convert the KV cache specs to one unified type."
+
+
+def verdict(
+    spec: Architecture,
+    kinds: set[str],
+    family: str,
+    version: str,
+    connector: str,
+    args: dict[str, Any] | None = None,
+    model_type: str | None = None,
+) -> tuple[str, str]:
+    """(status, reason with its source) of the architecture at `version` on `family` under PD
+    with `connector`: the support table's status, unsupported where the model has linear-attention
+    layers and PD turns vLLM's hybrid KV cache manager off there, or unrecorded."""
+    if "linear" in kinds and hybrid_kv_cache(version, connector, args) is False:
+        return (
+            "unsupported",
+            f"its linear-attention layers need vLLM's hybrid KV cache manager, which PD with {connector} turns off "
+            f'at {version} ({hybrid_source(version)}), and vLLM then stops at start ("{NO_HYBRID}", vllm '
+            "vllm/v1/core/kv_cache_utils.py unify_hybrid_kv_cache_specs)",
+        )
+    cell = spec.support(family, version, model_type)
+    if cell is None:
+        return "unrecorded", f"architectures.yaml records no support at {version} on {family}; check it"
+    note = f"{cell.note}; " if cell.note else ""
+    return cell.status, f"{note}{cell.cite()}"

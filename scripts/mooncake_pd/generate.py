@@ -229,19 +229,12 @@ def verdict(model: modelmod.Model, family: str, version: str, connector: str, ar
     spec = model.spec
     if spec is None:
         return Verdict("unrecorded", f"{model.architecture} is not in architectures.yaml; check that {engine} runs it")
-    if "linear" in modelmod.layer_kinds(model) and hybrid_kv_cache(model, version, connector, args) is False:
-        return Verdict(
-            "unsupported",
-            f"its linear-attention layers need vLLM's hybrid KV cache manager, which PD with {connector} turns off "
-            f'at {version} ({architectures.hybrid_source(version)}), and vLLM then stops at start ("Hybrid KV cache '
-            'manager is disabled but failed to convert the KV cache specs to one unified type.", vllm '
-            "vllm/v1/core/kv_cache_utils.py unify_hybrid_kv_cache_specs)",
-        )
-    cell = spec.support(family, version, model.model_type)
-    if cell is None:
-        return Verdict("unrecorded", f"architectures.yaml records no support at {version} on {family}; check it")
-    note = f"{cell.note}; " if cell.note else ""
-    return Verdict(cell.status, f"{note}{cell.cite()}")
+    kinds = set(modelmod.layer_kinds(model))
+    if "chunked" in kinds:
+        # vLLM turns the hybrid manager off for chunked-local attention (hybrid_kv_cache).
+        args = {**args, "disable-hybrid-kv-cache-manager": True}
+    status, reason = architectures.verdict(spec, kinds, family, version, connector, args, model.model_type)
+    return Verdict(status, reason)
 
 
 def _runs_at(model: modelmod.Model, accelerator: str, args: dict[str, Any]) -> list[str]:
