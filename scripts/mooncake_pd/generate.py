@@ -597,6 +597,10 @@ def generate(
     version_values: dict[str, Any] = {"accelerator": {"type": accelerator}, "engine": {"version": engine_version}}
     if image is not None:
         version_values["image"] = _image(image)
+        # Issue #40 item 2: generate wrote an A2 image for A3, which render then refused.
+        problem = image_problem(accelerator, version_values["image"]["repository"], version_values["image"]["tag"])
+        if problem:
+            raise GenerateError(problem)
     check_support(model, merged(chart_defaults(chart), version_values))
     check_quantization(model, profile)
     check_topology(model, profile, roles)
@@ -669,6 +673,48 @@ def device_memory(accelerator: str, gpu: str | None, device_memory_gib: float | 
     if gpu not in variants:
         raise GenerateError(f"--gpu {gpu}: not a device of {accelerator}; use one of {', '.join(sorted(variants))}")
     return variants[gpu]
+
+
+def image_problem(accelerator: str, repository: str, tag: str) -> str | None:
+    """Why --image is another accelerator's image, as the chart's validate.accelerator decides it
+    (chart/templates/validate/_accelerator.tpl, profiles.yaml accelerators.*.imageTag): in the
+    family's own repositories a tag belongs to the accelerator whose suffix it carries, else to
+    the one without a suffix (quay.io/ascend/vllm-ascend:v0.23.0 is A2's); in another repository
+    only a tag carrying another accelerator's suffix is. None where it is this accelerator's."""
+    table = profiles.load()
+    accelerators = table["accelerators"]
+    row = accelerators[accelerator]
+    if not tag or not row.get("imageTag"):
+        return None
+    family = row["family"]
+    vendor = {
+        image["repository"]
+        for engine in table["engines"].values()
+        for name, image in (engine.get("images") or {}).items()
+        if (accelerators.get(name) or {}).get("family") == family
+    }
+    owner, plain, suffixes = "", "", []
+    for name in sorted(accelerators):
+        other = accelerators[name]
+        if other.get("family") != family or not other.get("imageTag"):
+            continue
+        suffix = str(other["imageTag"].get("suffix") or "")
+        if not suffix:
+            plain = name
+            continue
+        suffixes.append(suffix)
+        if f"{suffix}-" in f"-{tag}-":
+            owner = name
+    if not repository or repository in vendor:
+        owner = owner or plain
+    if not owner or owner == accelerator:
+        return None
+    suffix = str(row["imageTag"].get("suffix") or "")
+    hint = f"a tag ending in {suffix}" if suffix else f"a tag without {' or '.join(suffixes)}"
+    return (
+        f"--image {repository}:{tag}: the {accelerators[owner]['imageTag']['name']}, but --accelerator is "
+        f"{accelerator}; use {hint}, or leave --image out for the profile's image"
+    )
 
 
 def _image(image: str) -> dict[str, str]:
