@@ -109,6 +109,8 @@ def _moe(spec: architectures.Architecture) -> str:
     shared = moe.get("shared", 0)
     shared_text = f"`{shared}`" if isinstance(shared, str) else str(shared)
     dense = f", first `{moe['denseLayers']}` layers dense" if moe.get("denseLayers") else ""
+    if moe.get("every"):
+        dense += f", every `{moe['every']}`-th layer MoE, the others dense (`{moe.get('denseIntermediate')}`)"
     return f"`{moe['experts']}` experts of `{moe['intermediate']}`, {shared_text} shared{dense}"
 
 

@@ -453,7 +453,13 @@ def parameters(model: Model) -> tuple[int, int]:
     intermediate = int(c.get(moe.get("intermediate", "moe_intermediate_size")) or model.intermediate_size)
     expert_size = 3 * h * intermediate
     dense_layers = int(c.get(moe.get("denseLayers", "first_k_dense_replace")) or 0)
-    moe_layers = layers - dense_layers
+    step = int(c.get(moe["every"]) or 1) if moe.get("every") else 1
+    # Llama 4: a layer is MoE where (index + 1) % interleave_moe_layer_step == 0, the others dense
+    # with intermediate_size_mlp (vllm v0.13.0 llama4.py 343-355).
+    moe_layers = sum(1 for i in range(dense_layers, layers) if (i + 1) % step == 0) if step > 0 else 0
+    dense_layers = layers - moe_layers
+    if moe.get("denseIntermediate") and c.get(moe["denseIntermediate"]):
+        dense_mlp = 3 * h * int(c[moe["denseIntermediate"]])
     shared_count = moe.get("shared", "n_shared_experts")
     shared_experts = shared_count if isinstance(shared_count, int) else int(c.get(shared_count) or 0)
     shared_intermediate = int(c.get(moe.get("sharedIntermediate", "")) or intermediate)
