@@ -1073,3 +1073,20 @@ def test_kimi_k2_needs_remote_code_and_is_mla():
     )
     assert values["engine"]["args"]["trust-remote-code"] is True
     assert values["model"]["mla"] is True
+
+
+@pytest.mark.parametrize(
+    ("architecture", "message"),
+    [
+        ("DeepseekV3ForCausalLM", "config.json: kv_lora_rank: missing or not an integer, which DeepseekV3ForCausalLM"),
+        ("GptOssForCausalLM", "config.json: sliding_window: missing or not an integer, which GptOssForCausalLM reads"),
+        ("Qwen3NextForCausalLM", "linear_conv_kernel_dim, linear_num_key_heads, linear_num_value_heads"),
+    ],
+)
+def test_an_architecture_that_does_not_fit_the_config_is_refused_naming_the_field(architecture: str, message: str):
+    """--architecture names a known architecture whose fields Qwen3-8B's config.json lacks: exit
+    2 naming them, not a KeyError traceback."""
+    proc = cli("generate", "--model-dir", MODELS / "Qwen3-8B", "--architecture", architecture)
+    assert proc.returncode == 2, proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert message in proc.stderr

@@ -323,10 +323,33 @@ def configure(
 
 
 def _require_known(model: Model) -> architectures.Architecture | None:
+    """The architecture the estimate reads, or ModelError: unknown without the figures given by
+    hand, or a config.json lacking a field the architecture's layers read (an --architecture that
+    does not fit the model)."""
     problem = model.unknown_problem()
     if problem:
         raise ModelError(problem)
-    return model.spec
+    spec = model.spec
+    if spec is None or model.kv_bytes_override:
+        return spec
+    needed = ["kv_lora_rank"] if spec.attention == "mla" else []
+    kinds = spec.layer_kinds(model.text, model.num_hidden_layers)
+    for kind, names in (
+        ("sliding", ("window",)),
+        ("chunked", ("chunk",)),
+        ("linear", tuple(spec.row.get("linear") or ())),
+    ):
+        if kind in kinds:
+            needed += [spec.field(kind, name) for name in names]
+    missing = [
+        name for name in needed if not isinstance(model.text.get(name), int) or isinstance(model.text.get(name), bool)
+    ]
+    if missing:
+        raise ModelError(
+            f"{model.path}: {', '.join(missing)}: missing or not an integer, which {spec.name} reads "
+            "(architectures.yaml); give the --architecture the model is, or --kv-bytes-per-token and --weights-gib"
+        )
+    return spec
 
 
 @dataclass(frozen=True)
