@@ -20,6 +20,28 @@ role partition a Kthena version lacks (kthena.version).
 {{- end }}
 {{- end }}
 {{- end }}
+{{- /* Percentages: 0-100 (validateIntOrPercent, pkg/model-serving-controller/webhook/validator.go
+at v1.0.0 for rollingUpdateConfiguration's maxUnavailable and partition and a role's
+maxUnavailable; at main-3cc0572 for a role's partition too): only what is rendered. */ -}}
+{{- $percents := dict }}
+{{- if eq .Values.rolloutStrategy.type "ServingGroupRollingUpdate" }}
+{{- range $field := list "maxUnavailable" "partition" }}
+{{- $_ := set $percents (printf "rolloutStrategy.rollingUpdateConfiguration.%s" $field) (index $.Values.rolloutStrategy.rollingUpdateConfiguration $field) }}
+{{- end }}
+{{- else }}
+{{- range $role := list "prefill" "decode" }}
+{{- $_ := set $percents (printf "%s.maxUnavailable" $role) (index $.Values $role).maxUnavailable }}
+{{- if and $kthena $kthena.rolePartition }}
+{{- $_ := set $percents (printf "%s.partition" $role) (index $.Values $role).partition }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- range $key := keys $percents | sortAlpha }}
+{{- $value := get $percents $key }}
+{{- if and (kindIs "string" $value) (gt (int (trimSuffix "%" $value)) 100) }}
+{{- $errors = append $errors (printf "%s: %s is above 100%%, which Kthena's webhook refuses (validateIntOrPercent: must be a valid percent value (0-100)); use at most 100%% or a number" $key $value) }}
+{{- end }}
+{{- end }}
 {{- $rollouts := list }}
 {{- if eq .Values.rolloutStrategy.type "ServingGroupRollingUpdate" }}
 {{- $rollouts = append $rollouts (dict "key" "rolloutStrategy.rollingUpdateConfiguration.maxUnavailable" "value" .Values.rolloutStrategy.rollingUpdateConfiguration.maxUnavailable "of" (int .Values.servingGroups) "what" "servingGroups") }}
