@@ -27,6 +27,11 @@ workload the engines accept, and `vllm bench serve` flags of the engine version.
 {{- if and (hasPrefix "/" $bench.tokenizer) (not (hasPrefix (printf "%s/" (trimSuffix "/" $storage.mountPath)) $bench.tokenizer)) }}
 {{- $errors = append $errors (printf "benchmark.tokenizer: %q is a path outside model.storage.mountPath %q, the only volume the Job mounts; give a path inside it or a Hugging Face repo id" $bench.tokenizer $storage.mountPath) }}
 {{- end }}
+{{- if and $bench.tokenizer (not (hasPrefix "/" $bench.tokenizer)) }}
+{{- with include "mooncake-pd.validate.model.hfRepoIdProblem" (toString $bench.tokenizer) }}
+{{- $errors = append $errors (printf "benchmark.tokenizer: %q %s, so the benchmark's tokenizer load (transformers through huggingface_hub) would stop at once; give a Hugging Face repo id such as Qwen/Qwen2.5-7B-Instruct, or a path inside model.storage.mountPath" (toString $bench.tokenizer) .) }}
+{{- end }}
+{{- end }}
 {{- $rate := toString $bench.workload.requestRate }}
 {{- if and (ne $rate "inf") (not (regexMatch "^[0-9]*\\.?[0-9]+$" $rate)) }}
 {{- $errors = append $errors (printf "benchmark.workload.requestRate: %q is not a number of requests per second or \"inf\"" $rate) }}

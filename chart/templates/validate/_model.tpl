@@ -12,6 +12,11 @@ that neither escape with ".." nor shadow the chart's own mounts.
 {{- if and (eq $storage.type "download") (not .Values.model.download.repo) }}
 {{- $errors = append $errors "model.download.repo: model.storage.type download needs the hub repository id, e.g. deepseek-ai/DeepSeek-R1-Distill-Qwen-1.5B" }}
 {{- end }}
+{{- if and (eq $storage.type "download") (eq .Values.model.download.hub "huggingface") .Values.model.download.repo }}
+{{- with include "mooncake-pd.validate.model.hfRepoIdProblem" (toString .Values.model.download.repo) }}
+{{- $errors = append $errors (printf "model.download.repo: %q %s, so the download init container would stop at once (huggingface_hub HFValidationError); give the id as shown on the model's Hugging Face page, e.g. deepseek-ai/DeepSeek-R1-Distill-Qwen-1.5B" (toString $.Values.model.download.repo) .) }}
+{{- end }}
+{{- end }}
 {{- if not (hasPrefix (printf "%s/" (trimSuffix "/" $storage.mountPath)) .Values.model.path) }}
 {{- $errors = append $errors (printf "model.path: %q is not inside model.storage.mountPath %q; the engines would not find the model" .Values.model.path $storage.mountPath) }}
 {{- end }}
@@ -37,4 +42,23 @@ the other): those of every pod, and every profile's host files. */ -}}
 {{- end }}
 {{- end }}
 {{- toJson $errors -}}
+{{- end }}
+
+{{/* Why huggingface_hub refuses a repo id, or nothing (huggingface_hub v0.36.2
+src/huggingface_hub/utils/_validators.py validate_repo_id, which hf_hub_download and
+snapshot_download run on their repo_id, @validate_hf_hub_args): at most one "/", REPO_ID_REGEX
+(word characters, "-", "." with a word character at each end of the namespace and the name, a
+name of 1 to 96 characters), no "--" or "..", no ".git" at the end. RE2's \w and \b are ASCII;
+the schema keeps both keys ASCII. ModelScope's client checks none of this (modelscope 1.33.0
+hub/utils/utils.py model_id_to_group_owner_name only splits at "/"). */}}
+{{- define "mooncake-pd.validate.model.hfRepoIdProblem" -}}
+{{- if gt (len (splitList "/" .)) 2 -}}
+is not in the form name or namespace/name
+{{- else if not (regexMatch "^(\\b[\\w\\-.]+\\b/)?\\b[\\w\\-.]{1,96}\\b$" .) -}}
+is not a Hugging Face repo id: letters, digits, "-", "_" and "." only, the namespace and the name each starting and ending with a letter, digit or "_", the name at most 96 characters
+{{- else if or (contains "--" .) (contains ".." .) -}}
+contains "--" or "..", which Hugging Face repo ids cannot
+{{- else if hasSuffix ".git" . -}}
+ends in ".git", which Hugging Face repo ids cannot
+{{- end -}}
 {{- end }}
