@@ -7,7 +7,19 @@ with two volumes or containers of one name, a mount of a volume the pod lacks, o
 used twice (k8s.io/kubernetes v1.34.2 pkg/apis/core/validation/validation.go ValidateVolumes,
 validateContainers, ValidateVolumeMounts); inside a ModelServing that shows only as Kthena's
 failed pod creation. Two containers of a pod cannot bind one port, on the host network above
-all (AccumulateUniqueHostPorts).
+all (AccumulateUniqueHostPorts). A sidecar's name is a DNS-1123 label (validateContainers ->
+ValidateDNS1123Label), and on the host network a port's hostPort, where given, equals its
+containerPort (validatePodHostNetworkDeps: "must match `containerPort` when `hostNetwork` is
+true"). The extra volumes and mounts have their own rules (validate/_volumes.tpl), and so do
+the pod annotations the API server reads (validate/_annotations.tpl).
+The proxy's PodDisruptionBudget: the API server admits one that can never allow a disruption,
+but then every eviction of a proxy pod is answered 429 "Cannot evict pod as it would violate
+the pod's disruption budget" (kubernetes v1.34.2 pkg/registry/core/pod/storage/eviction.go
+checkAndDecrement, DisruptionsAllowed 0), and `kubectl drain` retries it forever. The disruption
+controller (pkg/controller/disruption/disruption.go getExpectedPodCount, updatePdbStatus) allows
+currentHealthy - desiredHealthy disruptions, with desiredHealthy = replicas - maxUnavailable or
+minAvailable, percentages of the replicas rounded up: none ever when maxUnavailable is 0 (or
+0%), or minAvailable is at least proxy.replicas (or a percentage that rounds up to them).
 */}}
 {{- define "mooncake-pd.validate.pods" -}}
 {{- $errors := list -}}
@@ -30,6 +42,21 @@ all (AccumulateUniqueHostPorts).
 {{- end }}
 {{- end }}
 {{- end }}
+{{- /* The sidecars' names, and their hostPorts on the host network. */ -}}
+{{- $hostNetwork := include "mooncake-pd.security.hostNetwork" . -}}
+{{- range $i, $container := .Values.engine.extraContainers | default list }}
+{{- $cname := toString $container.name }}
+{{- if and $cname (or (gt (len $cname) 63) (not (regexMatch "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$" $cname))) }}
+{{- $errors = append $errors (printf "engine.extraContainers[%d].name: %q is not a DNS-1123 label (lowercase letters, digits and '-', starting and ending with a letter or digit, at most 63 characters), which the API server refuses for a container; rename it, e.g. %q" $i $cname (regexReplaceAll "[^a-z0-9-]+" (lower $cname) "-" | trunc 63 | trimAll "-" | default "sidecar")) }}
+{{- end }}
+{{- if $hostNetwork }}
+{{- range $j, $port := $container.ports | default list }}
+{{- if and $port.hostPort (ne (int64 $port.hostPort) (int64 $port.containerPort)) }}
+{{- $errors = append $errors (printf "engine.extraContainers[%d].ports[%d].hostPort: %d differs from its containerPort %d, and the engine pods run on the host network (engine.hostNetwork, or the accelerator profile's default), where the API server requires the two equal; leave hostPort out (on the host network the container port is the node's port) or set it to %d" $i $j (int64 $port.hostPort) (int64 $port.containerPort) (int64 $port.containerPort)) }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- end -}}
 {{- /* Which values key added each volume, mount and container, to name it in a message. */ -}}
 {{- $userVolumes := dict -}}
 {{- range $i, $volume := .Values.engine.extraVolumes }}{{ $_ := set $userVolumes (toString $volume.name) (printf "engine.extraVolumes[%d].name" $i) }}{{ end -}}
@@ -105,16 +132,34 @@ all (AccumulateUniqueHostPorts).
 {{- end }}
 {{- end }}
 {{- with .Values.proxy.podDisruptionBudget }}
+{{- $replicas := int $.Values.proxy.replicas }}
 {{- if and .enabled (kindIs "invalid" .maxUnavailable) (kindIs "invalid" .minAvailable) }}
 {{- $errors = append $errors "proxy.podDisruptionBudget: enabled with neither maxUnavailable nor minAvailable; set one (maxUnavailable 1 keeps drains possible with one proxy)" }}
 {{- else if and .enabled (not (kindIs "invalid" .maxUnavailable)) (not (kindIs "invalid" .minAvailable)) }}
 {{- $errors = append $errors "proxy.podDisruptionBudget: both maxUnavailable and minAvailable set, which the API server refuses; set the other to null" }}
-{{- else if and .enabled (eq (toString .minAvailable) (toString (int $.Values.proxy.replicas))) }}
-{{- $errors = append $errors (printf "proxy.podDisruptionBudget.minAvailable: %v with proxy.replicas %d blocks every node drain; lower it, or raise proxy.replicas" .minAvailable (int $.Values.proxy.replicas)) }}
+{{- else if .enabled }}
+{{- $drains := "node drains then wait forever (the API server refuses every eviction of a proxy pod with 429)" }}
+{{- if not (kindIs "invalid" .maxUnavailable) }}
+{{- $max := toString .maxUnavailable }}
+{{- if eq (regexReplaceAll "%$" $max "" | atoi) 0 }}
+{{- $errors = append $errors (printf "proxy.podDisruptionBudget.maxUnavailable: %s lets no proxy pod be disrupted, which blocks every node drain: %s; set it to 1 or more" $max $drains) }}
+{{- end }}
+{{- else }}
+{{- $min := toString .minAvailable }}
+{{- $desired := int (regexReplaceAll "%$" $min "" | atoi) }}
+{{- if hasSuffix "%" $min }}
+{{- /* Rounded up: ceil(percent * replicas / 100). */ -}}
+{{- $desired = div (add (mul $desired $replicas) 99) 100 }}
+{{- end }}
+{{- if ge (int $desired) $replicas }}
+{{- $errors = append $errors (printf "proxy.podDisruptionBudget.minAvailable: %s with proxy.replicas %d blocks every node drain (%d must stay available): %s; lower it below proxy.replicas, raise proxy.replicas, or use maxUnavailable 1 (minAvailable null)" $min $replicas (int $desired) $drains) }}
+{{- end }}
+{{- end }}
 {{- end }}
 {{- if and .enabled (ne $.Values.router.type "proxy") }}
 {{- $errors = append $errors (printf "proxy.podDisruptionBudget.enabled: true with router.type %s, which runs no proxy; turn it off" $.Values.router.type) }}
 {{- end }}
 {{- end }}
+{{- $errors = concat $errors (include "mooncake-pd.validate.pods.volumes" . | fromJsonArray) (include "mooncake-pd.validate.pods.annotations" . | fromJsonArray) }}
 {{- toJson $errors -}}
 {{- end }}
