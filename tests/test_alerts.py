@@ -371,3 +371,37 @@ def test_the_kv_canary_alert_on_kube_state_metrics_series(tmp_path: Path):
         },
     ]
     run_promtool(tmp_path, groups, tests)
+
+
+def test_a_rate_window_below_two_scrapes_sees_nothing(tmp_path: Path):
+    """Why metrics.prometheusRule.window must be at least twice metrics.podMonitor.interval:
+    promtool's own engine (Prometheus v3.16.0) gives rate() nothing from a window that holds one
+    sample (the window is left-open: [1m] at a 1m scrape holds one), a value from one twice as long
+    (prometheus v3.5.0 promql/functions.go extrapolatedRate needs two samples)."""
+    tests = [
+        {
+            "interval": "1m",
+            "input_series": [{"series": 'x_total{job="a"}', "values": "0+60x10"}],
+            "promql_expr_test": [
+                {"expr": "rate(x_total[1m])", "eval_time": "5m", "exp_samples": []},
+                {"expr": "rate(x_total[2m])", "eval_time": "5m", "exp_samples": [{"labels": '{job="a"}', "value": 1}]},
+            ],
+        }
+    ]
+    run_promtool(tmp_path, [{"name": "none", "rules": []}], tests)
+
+
+@pytest.mark.parametrize(
+    ("interval", "window", "refused"),
+    [("30s", "1m", False), ("30s", "59s", True), ("1m", "1m", True), ("1m", "1m59s", True), ("1m", "2m", False)],
+)
+def test_the_alert_window_must_hold_two_scrapes(interval: str, window: str, refused: bool):
+    monitor = {"podMonitor": {"enabled": True, "interval": interval}}
+    overrides = {"metrics": {**monitor, "prometheusRule": {"enabled": True, "window": window}}}
+    if refused:
+        expected = rf"metrics\.prometheusRule\.window: {window} holds fewer than two scrapes"
+        with pytest.raises(helm.HelmError, match=expected):
+            helm.template(paths.helm_binary(), (), overrides)
+    else:
+        groups = manifests.one(manifests.parse(helm.template(paths.helm_binary(), (), overrides)), "PrometheusRule")
+        assert f"[{window}]" in json.dumps(groups)

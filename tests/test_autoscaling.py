@@ -336,3 +336,64 @@ def test_validate_evaluates_cel_rules_of_every_kthena_kind(render: Renderer, crd
     ):
         errors = validate.validate([obj], folder)
         assert any("(CEL)" in e and message in e for e in errors), (obj["kind"], errors)
+
+
+# Kthena v1.0.0's autoscaler takes a Prometheus query's value only from a scalar or a vector of one
+# sample (pkg/autoscaler/autoscaler/metric_collector.go fetchPrometheusMetric): queries that keep a
+# series per pod or DP rank are refused at render, those aggregated to one series render.
+ONE_SERIES = [
+    'sum(rate(vllm:prompt_tokens_total{modelserving="deepseek-pd",role="prefill"}[2m]))',
+    "sum by () (vllm:num_requests_waiting)",
+    "histogram_quantile(0.9, sum by (le) (rate(vllm:time_to_first_token_seconds_bucket[2m])))",
+    "sum(rate(vllm:prompt_tokens_total[2m])) / sum(rate(vllm:generation_tokens_total[2m]))",
+    "(sum(vllm:num_requests_waiting) + 1) * 2",
+    'max(vllm:num_requests_waiting{path="a(b)"})',
+    "clamp_min(sum(vllm:num_requests_waiting), 1)",
+    "scalar(max(vllm:num_requests_running))",
+]
+SEVERAL_SERIES = {
+    'vllm:num_requests_waiting{role="prefill"}': "vllm:num_requests_waiting{...} is not aggregated",
+    "sum by (pod) (vllm:num_requests_waiting)": "sum by (pod) keeps a series per pod",
+    "sum(vllm:num_requests_running) by (engine)": "sum by (engine) keeps a series per engine",
+    "max without (engine) (vllm:num_requests_waiting)": "max ... without (...) keeps every other label",
+    "histogram_quantile(0.9, sum by (le, pod) (rate(vllm:e2e_request_latency_seconds_bucket[2m])))": (
+        "sum by (le, pod) keeps a series per pod"
+    ),
+    "rate(vllm:prompt_tokens_total[2m])": "rate(vllm:prompt_tokens_total[2m]) is not aggregated",
+    "sum(vllm:num_requests_waiting) / vllm:num_requests_running": "vllm:num_requests_running is not aggregated",
+}
+
+
+def query_values(query: str, interval: str = "30s") -> dict[str, Any]:
+    return with_autoscaling(
+        metrics={"podMonitor": {"enabled": True, "interval": interval}},
+        autoscaling={
+            "enabled": True,
+            "prometheus": {"url": "http://prometheus-operated.monitoring.svc:9090"},
+            "prefill": {"metrics": [{"name": "q", "targetValue": "1", "query": query}]},
+        },
+    )
+
+
+@pytest.mark.parametrize("query", ONE_SERIES)
+def test_a_query_aggregated_to_one_series_renders(render: Renderer, query: str):
+    assert policy(render(overrides=query_values(query)))
+
+
+@pytest.mark.parametrize("query", sorted(SEVERAL_SERIES))
+def test_a_query_with_a_series_per_pod_or_rank_is_refused(render: Renderer, query: str):
+    message = render.error(overrides=query_values(query))
+    assert "autoscaling.prefill.metrics[0].query: can return more than one series" in message
+    assert SEVERAL_SERIES[query] in message
+    assert "metric_collector.go fetchPrometheusMetric" in message
+
+
+@pytest.mark.parametrize(
+    ("interval", "window", "refused"), [("30s", "1m", False), ("30s", "59s", True), ("1m", "90s", True)]
+)
+def test_a_query_window_needs_two_scrapes(render: Renderer, interval: str, window: str, refused: bool):
+    values = query_values(f"sum(rate(vllm:prompt_tokens_total[{window}]))", interval)
+    if refused:
+        assert f"the window [{window}] holds fewer than two scrapes" in render.error(overrides=values)
+    else:
+        assert policy(render(overrides=values))

@@ -38,6 +38,19 @@ bounds, metrics the engine version exports, the ratio band and Kthena's duration
 {{- end }}
 {{- if $m.query }}
 {{- $usesQuery = true }}
+{{- /* One sample: Kthena v1.0.0 pkg/autoscaler/autoscaler/metric_collector.go
+fetchPrometheusMetric takes a scalar or a vector of exactly one sample ("prometheus query must
+return a single sample vector, got %d") and otherwise logs a warning and skips the metric. */ -}}
+{{- with include "mooncake-pd.validate.autoscaling.singleSeries" (dict "text" $m.query "allowed" list) }}
+{{- $errors = append $errors (printf "%s.query: can return more than one series (%s), one per pod or DP rank, and Kthena v1.0.0's autoscaler takes only a scalar or a one-sample vector (metric_collector.go fetchPrometheusMetric) and otherwise skips the metric, so %s would never scale on it; aggregate the whole query to one series, e.g. sum(...) or max(...) without by" $where . $role) }}
+{{- end }}
+{{- /* Range windows against the PodMonitor's scrape interval (validate/_metrics.tpl). */ -}}
+{{- $interval := include "mooncake-pd.validate.metrics.durationMs" $.Values.metrics.podMonitor.interval | int64 }}
+{{- range $range := regexFindAll "\\[\\s*([0-9]+(ms|s|m|h|d|w|y))+\\s*\\]" $m.query -1 | uniq }}
+{{- if lt (include "mooncake-pd.validate.metrics.durationMs" $range | int64) (mul 2 $interval) }}
+{{- $errors = append $errors (printf "%s.query: the window %s holds fewer than two scrapes at metrics.podMonitor.interval %s, and rate()/increase() return nothing from a window with fewer than two samples (prometheus v3.5.0 promql/functions.go extrapolatedRate), so Kthena would read no value; make it at least twice the interval (4 times tolerates a missed scrape)" $where $range $.Values.metrics.podMonitor.interval) }}
+{{- end }}
+{{- end }}
 {{- range $used := regexFindAll "vllm:[a-zA-Z0-9_:]+" $m.query -1 | uniq }}
 {{- $family := regexReplaceAll "_(bucket|sum|count)$" $used "" }}
 {{- if not (or (hasKey $metricTypes $used) (eq (get $metricTypes $family | default "") "histogram")) }}
@@ -102,4 +115,86 @@ webhook checks only the corners; a band between two integer ratios can never be 
 {{- end }}
 {{- end }}
 {{- toJson $errors -}}
+{{- end }}
+
+{{/*
+A PromQL expression at its top level: {"skel": the text outside parentheses, each parenthesized
+group as "(#N)", label matchers as "{}" and ranges as "[]"; "groups": the groups' texts}. Quotes
+are skipped whole.
+*/}}
+{{- define "mooncake-pd.validate.autoscaling.promqlSkeleton" -}}
+{{- $s := dict "skel" "" "group" "" "depth" 0 "close" "" "quote" "" "escape" false -}}
+{{- $groups := list -}}
+{{- range $c := splitList "" (toString .) -}}
+{{- if $s.escape -}}
+{{- $_ := set $s "escape" false -}}{{- if gt (int $s.depth) 0 }}{{ $_ := set $s "group" (printf "%s%s" $s.group $c) }}{{ end -}}
+{{- else if $s.quote -}}
+{{- if eq $c "\\" }}{{ $_ := set $s "escape" true }}{{ else if eq $c $s.quote }}{{ $_ := set $s "quote" "" }}{{ end -}}
+{{- if gt (int $s.depth) 0 }}{{ $_ := set $s "group" (printf "%s%s" $s.group $c) }}{{ end -}}
+{{- else if $s.close -}}
+{{- /* inside {...} or [...] at the top level */ -}}
+{{- if has $c (list "\"" "'" "`") }}{{ $_ := set $s "quote" $c }}{{ else if eq $c $s.close }}{{ $_ := set $s "close" "" }}{{ end -}}
+{{- else if eq (int $s.depth) 0 -}}
+{{- if eq $c "(" }}{{ $_ := set $s "depth" 1 }}{{ $_ := set $s "group" "" -}}
+{{- else if eq $c "{" }}{{ $_ := set $s "close" "}" }}{{ $_ := set $s "skel" (printf "%s{}" $s.skel) -}}
+{{- else if eq $c "[" }}{{ $_ := set $s "close" "]" }}{{ $_ := set $s "skel" (printf "%s[]" $s.skel) -}}
+{{- else if has $c (list "\"" "'" "`") }}{{ $_ := set $s "quote" $c }}{{ $_ := set $s "skel" (printf "%s%s" $s.skel $c) -}}
+{{- else }}{{ $_ := set $s "skel" (printf "%s%s" $s.skel $c) }}{{ end -}}
+{{- else -}}
+{{- if eq $c "(" }}{{ $_ := set $s "depth" (add1 (int $s.depth)) }}{{ else if eq $c ")" }}{{ $_ := set $s "depth" (sub (int $s.depth) 1) }}{{ else if has $c (list "\"" "'" "`") }}{{ $_ := set $s "quote" $c }}{{ end -}}
+{{- if gt (int $s.depth) 0 }}{{ $_ := set $s "group" (printf "%s%s" $s.group $c) -}}
+{{- else }}{{ $_ := set $s "skel" (printf "%s(#%d)" $s.skel (len $groups)) }}{{ $groups = append $groups $s.group }}{{ end -}}
+{{- end -}}
+{{- end -}}
+{{- dict "skel" $s.skel "groups" $groups | toJson -}}
+{{- end }}
+
+{{/*
+Why a PromQL expression can return more than one series, or nothing when it returns at most
+one: {"text", "allowed": labels an aggregation may keep (histogram_quantile's "le")}. Accepted
+operands, joined by any binary operator: numbers; scalar(), vector(), time(), absent(); an
+aggregation (sum, avg, min, max, count, group, stddev, stdvar, quantile) without `by` or with
+`by` only the allowed labels; histogram_quantile(φ, an aggregation by (le)); math functions of
+such an operand; a parenthesized one. Everything else (a selector, rate(), topk(), `without`,
+label_replace(), ...) keeps a series per pod or DP rank. Conservative: a query that returns one
+series in ways this does not follow is refused too.
+*/}}
+{{- define "mooncake-pd.validate.autoscaling.singleSeries" -}}
+{{- $p := include "mooncake-pd.validate.autoscaling.promqlSkeleton" .text | fromJson -}}
+{{- $allowed := .allowed -}}
+{{- $skel := regexReplaceAll "\\b(bool|on|ignoring|group_left|group_right)\\s*(\\(#[0-9]+\\))?" $p.skel " " -}}
+{{- $skel = regexReplaceAll "\\boffset\\s+-?[0-9a-z]+" $skel " " -}}
+{{- $reason := "" -}}
+{{- $agg := "^(sum|avg|min|max|count|group|stddev|stdvar|quantile)\\s*(?:(by|without)\\s*\\(#([0-9]+)\\))?\\s*\\(#[0-9]+\\)\\s*(?:(by|without)\\s*\\(#([0-9]+)\\))?$" -}}
+{{- range $operand := regexSplit "==|!=|<=|>=|<|>|\\+|-|\\*|/|%|\\^|\\band\\b|\\bor\\b|\\bunless\\b" $skel -1 -}}
+{{- $o := trim $operand -}}
+{{- if or $reason (not $o) (regexMatch "^([0-9.]+([eE][0-9]*)?|Inf|NaN|inf|nan)$" $o) (regexMatch "^(scalar|vector|time|absent)\\s*\\(#[0-9]+\\)$" $o) -}}
+{{- else if regexMatch "^\\(#[0-9]+\\)$" $o -}}
+{{- $reason = include "mooncake-pd.validate.autoscaling.singleSeries" (dict "text" (index $p.groups (atoi (regexReplaceAll "[^0-9]" $o ""))) "allowed" $allowed) -}}
+{{- else if regexMatch $agg $o -}}
+{{- $keyword := printf "%s%s" (regexReplaceAll $agg $o "${2}") (regexReplaceAll $agg $o "${4}") -}}
+{{- $group := printf "%s%s" (regexReplaceAll $agg $o "${3}") (regexReplaceAll $agg $o "${5}") -}}
+{{- if eq $keyword "without" -}}
+{{- $reason = printf "%s ... without (...) keeps every other label" (regexReplaceAll $agg $o "${1}") -}}
+{{- else if eq $keyword "by" -}}
+{{- range $label := splitList "," (index $p.groups (atoi $group)) -}}
+{{- if and (trim $label) (not (has (trim $label) $allowed)) (not $reason) -}}
+{{- $reason = printf "%s by (%s) keeps a series per %s" (regexReplaceAll $agg $o "${1}") (trim (index $p.groups (atoi $group))) (trim $label) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- else if regexMatch "^(histogram_quantile|abs|ceil|floor|round|exp|ln|log2|log10|sqrt|sgn|clamp|clamp_min|clamp_max)\\s*\\(#[0-9]+\\)$" $o -}}
+{{- $function := regexReplaceAll "\\s*\\(#[0-9]+\\)$" $o "" -}}
+{{- $inner := include "mooncake-pd.validate.autoscaling.promqlSkeleton" (index $p.groups (atoi (regexReplaceAll "[^0-9]" $o ""))) | fromJson -}}
+{{- $arguments := splitList "," $inner.skel -}}
+{{- $argument := ternary (rest $arguments | join ",") (first $arguments) (eq $function "histogram_quantile") -}}
+{{- range $i, $g := $inner.groups }}{{ $argument = replace (printf "(#%d)" $i) (printf "(%s)" $g) $argument }}{{ end -}}
+{{- $reason = include "mooncake-pd.validate.autoscaling.singleSeries" (dict "text" $argument "allowed" (ternary (list "le") $allowed (eq $function "histogram_quantile"))) -}}
+{{- else -}}
+{{- $shown := replace "{}" "{...}" (replace "[]" "[...]" $o) -}}
+{{- range $i, $g := $p.groups }}{{ $shown = replace (printf "(#%d)" $i) (printf "(%s)" $g) $shown }}{{ end -}}
+{{- $reason = printf "%s is not aggregated to one series" $shown -}}
+{{- end -}}
+{{- end -}}
+{{- $reason -}}
 {{- end }}
