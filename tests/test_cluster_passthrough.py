@@ -49,6 +49,12 @@ CASES: dict[str, tuple[str, set[str]]] = {
     ),
     "annotations-apparmor-profile-malformed": ('invalid AppArmor profile name: "RuntimeDefault"', {"Pod"}),
     "annotations-deletion-cost-not-int32": ("must be a 32bit integer", {"Pod", "Deployment"}),
+    "annotations-seccomp-profile-malformed": ('"RuntimeDefault": must be a valid seccomp profile', {"Pod"}),
+    # The proxy, helm-test (and benchmark, canary) pods set seccompProfile RuntimeDefault.
+    "annotations-seccomp-disagrees-with-field": (
+        "seccomp type in annotation and field must match",
+        {"Pod", "Deployment"},
+    ),
     "canary-cronjob-name-too-long": ("must be no more than 52 characters", {"CronJob"}),
     "benchmark-job-name-too-long": ("must be no more than 63 characters", {"Job"}),
 }
