@@ -14,6 +14,7 @@ SUMMARIES = {
     "generate": "write a checked values file for a model from its config.json",
     "update": "rewrite the model-derived keys of a values file, keeping comments and every other key",
     "verify": "check a live release: pods ready, a chat request answered, its KV cache moved (logs or metrics)",
+    "preflight": "before helm install: dry-run the release on your cluster, check CRDs, scheduler and fit",
     "bench": "report a release's benchmark (TTFT, TPOT, throughput), save it, compare runs",
     "golden": "regenerate tests/golden/ from the chart defaults and every values/ file",
     "schema": "type the chart's pass-through Kubernetes fields in values.schema.json (Kubernetes 1.27)",
