@@ -3,6 +3,7 @@ model sources (hostPath, PVC, download)."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -287,3 +288,80 @@ def test_cpu_profile_is_nixl_in_host_memory_without_devices(render: Renderer, cr
         },
     )
     assert {r.run.env["VLLM_CPU_KVCACHE_SPACE"] for r in runs(bigger).values()} == {"9"}
+
+
+# accelerator.rdma: multi-node NVIDIA over RDMA (chart/ci/nvidia-rdma-values.yaml, DeepSeek-V3 on
+# 2 x 8 H100 per role with expert parallelism).
+RDMA_CI = paths.CHART / "ci" / "nvidia-rdma-values.yaml"
+
+
+def rdma_values(rdma: dict, **extra) -> dict:
+    return {**profile_values("nvidia", **extra), "accelerator": {"type": "nvidia", "rdma": rdma}}
+
+
+def engine_pods(rendered: Rendered) -> list[dict]:
+    """Every engine pod template (entry and worker) of both roles."""
+    pods = []
+    for role in ("prefill", "decode"):
+        spec = rendered.role(role)
+        pods += [spec["entryTemplate"]] + ([spec["workerTemplate"]] if spec.get("workerTemplate") else [])
+    return pods
+
+
+def test_rdma_gives_every_engine_pod_the_device_capability_and_variables(render: Renderer, crds):
+    rendered = render((RDMA_CI,))
+    assert_valid(rendered, crds)
+    pods = engine_pods(rendered)
+    assert len(pods) == 4
+    for pod in pods:
+        container = pod["spec"]["containers"][0]
+        for kind in ("requests", "limits"):
+            assert container["resources"][kind]["rdma/rdma_shared_device_a"] == "1"
+            assert container["resources"][kind]["nvidia.com/gpu"] == "8"
+        assert container["securityContext"]["capabilities"] == {"add": ["IPC_LOCK"], "drop": ["NET_RAW"]}
+        env = {e["name"]: e.get("value") for e in container["env"]}
+        assert env["NCCL_IB_DISABLE"] == "0" and env["NCCL_IB_HCA"] == "mlx5"
+        assert "UCX_TLS" not in env and "UCX_NET_DEVICES" not in env  # empty: UCX's own choice
+        assert json.loads(env["MOONCAKE_PD_RDMA"]) == {
+            "resource": "rdma/rdma_shared_device_a",
+            "mountInfiniband": False,
+        }
+        # The device plugin gives /dev/infiniband: no hostPath of it.
+        assert "infiniband" not in {v["name"] for v in pod["spec"]["volumes"]}
+    # The start script's exports keep NCCL's socket NIC (network.interface) and do not touch the IB variables.
+    for role, run in runs(rendered).items():
+        assert run.run.env["NCCL_IB_DISABLE"] == "0", role
+        assert "NCCL_SOCKET_IFNAME" in run.run.env
+
+
+def test_rdma_values_reach_the_variables_the_profile_lists(render: Renderer):
+    rdma = {"enabled": True, "ucxTls": "rc,cuda", "ucxNetDevices": "mlx5_0:1", "env": {"NCCL_IB_GID_INDEX": 3}}
+    container = render(overrides=rdma_values(rdma)).container("decode")
+    names = [e["name"] for e in container["env"]]
+    tail = names[names.index("NCCL_IB_DISABLE") :]
+    assert tail == ["NCCL_IB_DISABLE", "UCX_NET_DEVICES", "UCX_TLS", "NCCL_IB_GID_INDEX", "MOONCAKE_PD_RDMA"]
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert (env["UCX_TLS"], env["UCX_NET_DEVICES"], env["NCCL_IB_GID_INDEX"]) == ("rc,cuda", "mlx5_0:1", "3")
+
+
+def test_rdma_mounts_infiniband_only_when_asked(render: Renderer, crds):
+    values = rdma_values(
+        {"enabled": True, "resource": "", "mountInfiniband": True},
+        engine={"securityContext": {"privileged": True, "allowPrivilegeEscalation": True}},
+    )
+    rendered = render(overrides=values)
+    assert_valid(rendered, crds)
+    pod = rendered.role("prefill")["entryTemplate"]["spec"]
+    container = pod["containers"][0]
+    assert {"name": "infiniband", "hostPath": {"path": "/dev/infiniband", "type": "Directory"}} in pod["volumes"]
+    assert {"name": "infiniband", "mountPath": "/dev/infiniband"} in container["volumeMounts"]
+    assert not [k for k in container["resources"]["limits"] if k.startswith("rdma/")]
+
+
+def test_rdma_off_by_default_adds_nothing(render: Renderer):
+    for values in ((), (paths.CHART / "ci" / "nvidia-values.yaml",)):
+        for pod in engine_pods(render(values)):
+            container = pod["spec"]["containers"][0]
+            assert not [e for e in container["env"] if e["name"].startswith(("NCCL_IB", "UCX_", "MOONCAKE_PD_RDMA"))]
+            assert "IPC_LOCK" not in json.dumps(container.get("securityContext", {}))
+            assert not [k for k in container["resources"]["limits"] if k.startswith("rdma/")]

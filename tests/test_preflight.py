@@ -352,3 +352,139 @@ def test_a_nic_the_node_lacks_is_refused_naming_network_interface(render: Render
     # Off, and where /sys/class/net cannot be read (a warning), it is not checked.
     run(render, {"engine": {"preflight": {"checks": {"network": False}}}}, nics=("lo",))
     assert "NIC enp23s0f3 not checked" in run(render).stderr
+
+
+# accelerator.rdma (multi-node NVIDIA): the preflight checks the node's RDMA devices.
+NVIDIA_RDMA = {
+    "accelerator": {"type": "nvidia", "rdma": {"enabled": True}},
+    "prefill": {"args": {"additional-config": None}},
+    "decode": {"args": {"additional-config": None}},
+}
+MOUNTED_RDMA = {
+    **NVIDIA_RDMA,
+    "accelerator": {"type": "nvidia", "rdma": {"enabled": True, "resource": "", "mountInfiniband": True}},
+    "engine": {"securityContext": {"privileged": True, "allowPrivilegeEscalation": True}},
+}
+
+
+def rdma_run(render: Renderer, overrides: dict[str, Any], infiniband: list[str] | None) -> scriptrun.Run:
+    """Prefill's entry script on a node whose /dev/infiniband holds `infiniband` (None: no
+    such folder), besides the GPUs the device plugin mounts."""
+    rendered = render(overrides=overrides)
+    template = rendered.role("prefill")["entryTemplate"]
+    container = template["spec"]["containers"][0]
+    env = engines.container_env(container, engines.PodIdentity("deepseek-pd", 0, "prefill", 0))
+    node = engines.Node(infiniband=None if infiniband is None else tuple(infiniband))
+    files = engines.node_files(container, env, node)
+    return scriptrun.run(
+        engines.script_of(rendered.objects, template),
+        env,
+        beside=engines.beside_script(rendered.objects, template),
+        node=files,
+    )
+
+
+def rdma_refusal(render: Renderer, overrides: dict[str, Any], infiniband: list[str] | None) -> str:
+    with pytest.raises(scriptrun.ScriptFailed) as failed:
+        rdma_run(render, overrides, infiniband)
+    assert failed.value.returncode == EX_CONFIG, failed.value.stderr
+    line = failed.value.termination_log.strip()
+    assert line.startswith("mooncake-pd preflight: ") and "\n" not in line and line in failed.value.stderr
+    return line
+
+
+def test_rdma_devices_on_the_node_pass(render: Renderer):
+    result = rdma_run(render, NVIDIA_RDMA, ["rdma_cm", "umad0", "uverbs0", "uverbs1"])
+    summary = next(line for line in result.stderr.splitlines() if "preflight: ok" in line)
+    assert "RDMA: 2 uverbs devices (uverbs0, uverbs1)" in summary
+    assert result.env["NCCL_IB_DISABLE"] == "0"
+
+
+@pytest.mark.parametrize(
+    ("overrides", "infiniband", "pattern"),
+    [
+        (
+            NVIDIA_RDMA,
+            None,
+            r"/dev/infiniband is missing with accelerator\.rdma on \(RDMA devices from the device plugin's "
+            r"rdma/rdma_shared_device_a\), accelerator\.rdma\.resource, check that the RDMA device plugin runs "
+            r"on this node",
+        ),
+        (
+            NVIDIA_RDMA,
+            ["rdma_cm", "umad0"],
+            r"/dev/infiniband has no uverbs device with accelerator\.rdma on \(it has: rdma_cm, umad0\), "
+            r"accelerator\.rdma\.resource, ",
+        ),
+        (
+            MOUNTED_RDMA,
+            [],
+            r"/dev/infiniband is missing with accelerator\.rdma on \(RDMA devices from the node's /dev/infiniband, "
+            r"mounted\), accelerator\.rdma\.mountInfiniband, load the node's RDMA drivers",
+        ),
+    ],
+    ids=["no-infiniband", "no-uverbs", "mounted-none"],
+)
+def test_rdma_without_devices_is_refused(render: Renderer, overrides, infiniband, pattern):
+    assert re.search(pattern, rdma_refusal(render, overrides, infiniband))
+
+
+def test_rdma_off_checks_no_rdma_device(render: Renderer):
+    """The same node without /dev/infiniband passes with accelerator.rdma off (the default)."""
+    result = rdma_run(render, {**NVIDIA_RDMA, "accelerator": {"type": "nvidia"}}, None)
+    assert "RDMA" not in result.stderr and "NCCL_IB_DISABLE" not in result.env
+
+
+def test_rdma_checks_switch_off_with_the_device_check(render: Renderer):
+    off = {**NVIDIA_RDMA, "engine": {"preflight": {"checks": {"devices": False}}}}
+    assert "RDMA" not in rdma_run(render, off, None).stderr
+
+
+def preflight_module() -> Any:
+    from mooncake_pd import chartfiles
+
+    return chartfiles.program("preflight")
+
+
+def test_an_rdma_device_the_runtime_refuses_is_refused(tmp_path, monkeypatch):
+    """A mounted /dev/infiniband that the devices cgroup does not allow (no device plugin, not
+    privileged): EPERM on open."""
+    preflight = preflight_module()
+    (tmp_path / "dev" / "infiniband").mkdir(parents=True)
+    (tmp_path / "dev" / "infiniband" / "uverbs0").write_text("")
+    monkeypatch.setenv("MOONCAKE_PD_ROOT", str(tmp_path))
+    monkeypatch.setattr(preflight, "open_device", lambda path: PermissionError(1, "Operation not permitted"))
+    with pytest.raises(preflight.Refusal) as refused:
+        preflight.check_rdma({"resource": "", "mountInfiniband": True}, [])
+    assert re.search(
+        r"/dev/infiniband/uverbs0 cannot be opened \(Operation not permitted\): .*, "
+        r"accelerator\.rdma\.mountInfiniband, give the devices through the RDMA device plugin",
+        str(refused.value),
+    )
+
+
+@pytest.mark.parametrize(
+    ("cap_eff", "memlock", "warned"),
+    [
+        ("0000000000000000", "65536", True),
+        ("0000000000004000", "65536", False),  # CAP_IPC_LOCK (bit 14)
+        ("0000000000000000", "unlimited", False),
+    ],
+    ids=["neither", "ipc-lock", "unlimited"],
+)
+def test_rdma_warns_when_memory_cannot_be_pinned(tmp_path, monkeypatch, cap_eff, memlock, warned):
+    preflight = preflight_module()
+    (tmp_path / "dev" / "infiniband").mkdir(parents=True)
+    (tmp_path / "dev" / "infiniband" / "uverbs0").write_text("")
+    (tmp_path / "proc" / "self").mkdir(parents=True)
+    (tmp_path / "proc" / "self" / "status").write_text(f"Name:\tpython3\nCapEff:\t{cap_eff}\n")
+    (tmp_path / "proc" / "self" / "limits").write_text(
+        f"Limit                     Soft Limit           Hard Limit           Units\n"
+        f"Max locked memory         {memlock}            {memlock}            bytes\n"
+    )
+    monkeypatch.setenv("MOONCAKE_PD_ROOT", str(tmp_path))
+    warnings: list[str] = []
+    assert (
+        preflight.check_rdma({"resource": "rdma/hca_shared_devices_a"}, warnings) == "RDMA: 1 uverbs device (uverbs0)"
+    )
+    assert bool([w for w in warnings if "memlock limit of 65536 bytes" in w]) == warned

@@ -303,6 +303,89 @@ def check_interface(settings: dict, env: dict, warnings: list[str]) -> str:
     return f"NIC {nic} present"
 
 
+# Set by the pod template where accelerator.rdma is on (mooncake-pd.env.rdma): JSON {resource,
+# mountInfiniband}, which of the two gives the pod the node's RDMA devices.
+RDMA_ENV = "MOONCAKE_PD_RDMA"
+CAP_IPC_LOCK = 14  # linux/capability.h
+
+
+def open_device(path: str) -> OSError | None:
+    """Open a device node read-write and close it: the error, or None. The container runtime's
+    devices cgroup refuses (EPERM) a device no device plugin gave the container."""
+    try:
+        os.close(os.open(path, os.O_RDWR))
+    except OSError as e:
+        return e
+    return None
+
+
+def memlock_note() -> str:
+    """Whether this process may pin the memory RDMA registers: CAP_IPC_LOCK in its effective set,
+    or RLIMIT_MEMLOCK unlimited (mlock(2), getrlimit(2)); "" where it may or it cannot tell."""
+    try:
+        with open(host_path("/proc/self/status")) as f:
+            status = f.read()
+        with open(host_path("/proc/self/limits")) as f:
+            limits = f.read()
+    except OSError:
+        return ""
+    cap = re.search(r"^CapEff:\s*([0-9a-fA-F]+)", status, re.MULTILINE)
+    if cap and int(cap.group(1), 16) >> CAP_IPC_LOCK & 1:
+        return ""
+    memlock = re.search(r"^Max locked memory\s+(\S+)", limits, re.MULTILINE)
+    if not memlock or memlock.group(1) == "unlimited":
+        return ""
+    return f"no IPC_LOCK capability and a memlock limit of {memlock.group(1)} bytes"
+
+
+def check_rdma(rdma: dict, warnings: list[str]) -> str:
+    """accelerator.rdma on: the node's RDMA devices are in the container (/dev/infiniband with at
+    least one uverbs device, the verbs interface NCCL's IB transport and UCX open) and can be
+    opened. Without them NCCL and UCX quietly fall back to TCP sockets, which the option exists to
+    avoid, so the pod stops here instead."""
+    mount = bool(rdma.get("mountInfiniband"))
+    resource = rdma.get("resource") or ""
+    key = "accelerator.rdma.mountInfiniband" if mount else "accelerator.rdma.resource"
+    source = "the node's /dev/infiniband, mounted" if mount else f"the device plugin's {resource}"
+    fix = (
+        "load the node's RDMA drivers (ls /dev/infiniband on the node), or set accelerator.rdma.enabled false"
+        if mount
+        else f"check that the RDMA device plugin runs on this node and selects its HCAs (kubectl describe node: "
+        f"{resource} allocatable), set accelerator.rdma.resource to the one it offers, "
+        "or set accelerator.rdma.enabled false"
+    )
+    folder = "/dev/infiniband"
+    try:
+        names = sorted(os.listdir(host_path(folder)))
+    except OSError:
+        raise Refusal(f"{folder} is missing with accelerator.rdma on (RDMA devices from {source})", key, fix) from None
+    verbs = [n for n in names if re.fullmatch(r"uverbs\d+", n)]
+    if not verbs:
+        raise Refusal(
+            f"{folder} has no uverbs device with accelerator.rdma on (it has: {', '.join(names) or 'nothing'})",
+            key,
+            fix,
+        )
+    error = open_device(host_path(f"{folder}/{verbs[0]}"))
+    if error is not None and error.errno in (errno.EPERM, errno.EACCES):
+        raise Refusal(
+            f"{folder}/{verbs[0]} cannot be opened ({error.strerror}): the container runtime lets a container open "
+            "only the devices a device plugin gave it, or all when privileged",
+            key,
+            "give the devices through the RDMA device plugin (accelerator.rdma.resource, mountInfiniband false), "
+            "or set engine.securityContext.privileged true",
+        )
+    if error is not None:
+        warnings.append(f"{PREFIX} warning: cannot open {folder}/{verbs[0]} ({error.strerror}); not checked further")
+    memlock = memlock_note()
+    if memlock:
+        warnings.append(
+            f"{PREFIX} warning: {memlock}: registering memory for RDMA may fail "
+            "(accelerator.rdma adds IPC_LOCK; check engine.securityContext and the runtime's memlock limit)"
+        )
+    return f"RDMA: {len(verbs)} uverbs device{'s' if len(verbs) > 1 else ''} ({', '.join(verbs)})"
+
+
 def run(settings: dict, env: dict) -> tuple[str, str, list[str]]:
     """(hf-overrides JSON or "", summary line, warnings). Raises Refusal."""
     checks = settings["checks"]
@@ -326,6 +409,9 @@ def run(settings: dict, env: dict) -> tuple[str, str, list[str]]:
     if checks["devices"]:
         note, devices = check_devices(settings)
         notes.append(note)
+    # RDMA between nodes, where accelerator.rdma is on (the pod template says so in RDMA_ENV).
+    if checks["devices"] and env.get(RDMA_ENV):
+        notes.append(check_rdma(json.loads(env[RDMA_ENV]), warnings))
     # The NPU network check, where the profile mounts hccn.conf (the Ascend ones).
     if "hccnConf" in settings and checks["hccn"] != "off":
         notes.append(check_hccn(settings, devices, warnings))

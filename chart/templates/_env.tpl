@@ -13,3 +13,27 @@ extension: torch_npu". vllm and modelscope import torch. */}}
 - name: PYTHONDONTWRITEBYTECODE
   value: "1"
 {{- end }}
+
+{{/* Env of the engine containers with accelerator.rdma on (nothing when off): the variables of
+mooncake-pd.profile.rdma (NCCL_IB_DISABLE=0 and the NCCL/UCX variables taken from values, the
+profile's list), then MOONCAKE_PD_RDMA, which tells the preflight to check the node's RDMA
+devices and which values key gives them. Container env, not start-script exports: the start
+script's exports come after and would win, so validate.accelerator refuses engine.env and
+<role>.env naming one of these. Context: the root. */}}
+{{- define "mooncake-pd.env.rdma" -}}
+{{- $rdma := include "mooncake-pd.profile.rdma" . | fromJson -}}
+{{- if $rdma -}}
+{{- range $rdma.env }}
+- name: {{ .name }}
+  value: {{ .value | toJson }}
+{{- end }}
+- name: MOONCAKE_PD_RDMA
+  value: {{ dict "resource" $rdma.resource "mountInfiniband" $rdma.mountInfiniband | toJson | toJson }}
+{{- end -}}
+{{- end }}
+
+{{/* The env names the engine pod template sets itself (mooncake-pd.podtemplate.engine, before
+any accelerator.rdma variable), for the rules that keep values from naming them. JSON list. */}}
+{{- define "mooncake-pd.env.engineOwn" -}}
+{{- toJson (list "ROLE" "GROUP_NAME" "ROLE_ID" "ENGINE_ID" "POD_IP" "NODE_IP" "MODEL_LOCATION" "TP_SIZE" "DP_SIZE" "MOONCAKE_PD_RDMA") -}}
+{{- end }}

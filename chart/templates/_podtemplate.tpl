@@ -22,6 +22,7 @@ the same text.
 {{- $devices := include "mooncake-pd.parallelism.devicesPerPod" $v -}}
 {{- $resources := include "mooncake-pd.resources.engine" . | fromJson -}}
 {{- $hostNetwork := include "mooncake-pd.security.hostNetwork" $root -}}
+{{- $rdma := include "mooncake-pd.profile.rdma" $root | fromJson -}}
 metadata:
   labels:
     {{- include "mooncake-pd.labels.pod" (dict "root" $root "component" $role "own" $v.podLabels) | nindent 4 }}
@@ -102,6 +103,10 @@ spec:
       value: {{ int $v.parallelism.tensor | quote }}
     - name: DP_SIZE
       value: {{ int $v.parallelism.data | quote }}
+    {{- with include "mooncake-pd.env.rdma" $root | trim }}
+    # RDMA between nodes (accelerator.rdma): NCCL's IB transport and NIXL's UCX on the RDMA NICs.
+    {{- . | nindent 4 }}
+    {{- end }}
     ports:
     {{- if not .worker }}
     - name: server
@@ -144,7 +149,7 @@ spec:
           # notice and in-flight requests finish before vLLM gets SIGTERM.
           command: ["sleep", {{ int $root.Values.engine.drainSeconds | toString | toJson }}]
     {{- end }}
-    {{- with $root.Values.engine.securityContext }}
+    {{- with include "mooncake-pd.security.engineContext" $root | fromJson }}
     securityContext:
       {{- toYaml . | nindent 6 }}
     {{- end }}
@@ -160,6 +165,11 @@ spec:
     - name: {{ .name }}
       mountPath: {{ .mountPath }}
       readOnly: true
+    {{- end }}
+    {{- if $rdma.mountInfiniband }}
+    # The node's RDMA devices, where no device plugin gives them (accelerator.rdma.mountInfiniband).
+    - name: infiniband
+      mountPath: /dev/infiniband
     {{- end }}
     - name: scripts
       mountPath: {{ printf "/workspace/%s" $script | toJson }}
@@ -185,6 +195,12 @@ spec:
     hostPath:
       path: {{ get $root.Values.hostFiles .hostFile | toJson }}
       type: File
+  {{- end }}
+  {{- if $rdma.mountInfiniband }}
+  - name: infiniband
+    hostPath:
+      path: /dev/infiniband
+      type: Directory
   {{- end }}
   {{- include "mooncake-pd.programs.volume" $root | nindent 2 }}
   {{- with $root.Values.engine.extraVolumes }}

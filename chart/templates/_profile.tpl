@@ -259,3 +259,36 @@ true
 {{- $family := (include "mooncake-pd.profile" . | fromJson).family -}}
 {{- toJson (get .Values.accelerator $family | default dict) -}}
 {{- end }}
+
+{{/* RDMA between nodes (accelerator.rdma) as the engine pods get it, as JSON: {} when it is off;
+else {resource, count, mountInfiniband, refusal, env}, where refusal is why the profile's family
+cannot run it ("" where it can: profiles.yaml families.<family>.rdma; a family without the row
+refuses it too) and env the variables every engine container gets, in order: the family's list
+(a fixed value, or a scalar key of accelerator.rdma, left out where that key is empty), then
+accelerator.rdma.env by name; each {name, value, from}, from naming the values key it answers
+to. Kept on the root context, as the profile is. */}}
+{{- define "mooncake-pd.profile.rdma" -}}
+{{- if not (hasKey . "mooncakePdRdma") -}}
+{{- $out := dict -}}
+{{- $settings := .Values.accelerator.rdma | default dict -}}
+{{- if $settings.enabled -}}
+{{- $profile := include "mooncake-pd.profile" . | fromJson -}}
+{{- $row := $profile.rdma | default (dict "refusal" (printf "families.%s in chart/files/profiles.yaml has no rdma row" $profile.family) "env" list) -}}
+{{- $env := list -}}
+{{- range $entry := $row.env | default list -}}
+{{- if hasKey $entry "value" -}}
+{{- $env = append $env (dict "name" $entry.name "value" (toString $entry.value) "from" "accelerator.rdma.enabled") -}}
+{{- else -}}
+{{- $value := toString (get $settings (toString $entry.key) | default "") -}}
+{{- if $value }}{{ $env = append $env (dict "name" $entry.name "value" $value "from" (printf "accelerator.rdma.%s" $entry.key)) }}{{ end -}}
+{{- end -}}
+{{- end -}}
+{{- range $name, $value := $settings.env | default dict -}}
+{{- $env = append $env (dict "name" $name "value" (include "mooncake-pd.util.scalar" $value) "from" "accelerator.rdma.env") -}}
+{{- end -}}
+{{- $out = dict "resource" (toString $settings.resource) "count" (int ($settings.count | default 1)) "mountInfiniband" (eq (toString $settings.mountInfiniband) "true") "refusal" (toString $row.refusal) "env" $env "family" $profile.family -}}
+{{- end -}}
+{{- $_ := set . "mooncakePdRdma" (toJson $out) -}}
+{{- end -}}
+{{- get . "mooncakePdRdma" -}}
+{{- end }}

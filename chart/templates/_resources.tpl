@@ -74,7 +74,7 @@ Context: (dict "root" $ "role" "prefill"). */}}
 
 {{/* The resources of a role's engine container, as JSON: <role>.resources over the profile's
 CPU and memory, name by name; the device (profile resourceName, TP x DP-local) in requests and
-limits; with engine.guaranteedQoS every request set to its limit. Quantities as strings: inside
+limits, and with accelerator.rdma on its device plugin's resource (count); with engine.guaranteedQoS every request set to its limit. Quantities as strings: inside
 the ModelServing the pod template is checked by Kthena's CRD, whose quantities are
 int-or-string, so a float from a values file (cpu: 0.5) is refused there ("must be of type
 integer,string"), though a Deployment would take it. Context: (dict "root" $ "role" "prefill"). */}}
@@ -90,6 +90,7 @@ integer,string"), though a Deployment would take it. Context: (dict "root" $ "ro
 {{- range $name, $q := get $defaults $kind }}{{ $_ := set $set $name $q }}{{ end -}}
 {{- range $name, $q := get $own $kind | default dict }}{{ $_ := set $set $name (toString $q) }}{{ end -}}
 {{- if $profile.resourceName }}{{ $_ := set $set $profile.resourceName (include "mooncake-pd.parallelism.devicesPerPod" $v) }}{{ end -}}
+{{- with (include "mooncake-pd.profile.rdma" $root | fromJson) }}{{ if .resource }}{{ $_ := set $set .resource (toString (int .count)) }}{{ end }}{{ end -}}
 {{- $_ := set $out $kind $set -}}
 {{- end -}}
 {{- if $root.Values.engine.guaranteedQoS -}}

@@ -143,6 +143,9 @@ class Node:
     hccn_exit: int = 0
     # Network interfaces in /sys/class/net; None: no /sys/class/net (the NIC is not checked).
     nics: tuple[str, ...] | None = None
+    # /dev/infiniband's devices where the pod has accelerator.rdma on (the RDMA device plugin's);
+    # None: no /dev/infiniband.
+    infiniband: tuple[str, ...] | None = ("rdma_cm", "umad0", "uverbs0")
 
 
 def hccn_tool_script(node: Node) -> str:
@@ -173,6 +176,8 @@ def node_files(container: dict[str, Any], env: dict[str, str], node: Node) -> di
         files[mounts["hccn-conf"]] = scriptrun.NodeFile(node.hccn_conf)
     if "hccn-tool" in mounts:
         files[mounts["hccn-tool"]] = scriptrun.NodeFile(hccn_tool_script(node), executable=True)
+    if env.get("MOONCAKE_PD_RDMA") and node.infiniband is not None:
+        files.update({f"/dev/infiniband/{name}": scriptrun.NodeFile("") for name in node.infiniband})
     for nic in node.nics or ():
         files[f"/sys/class/net/{nic}/operstate"] = scriptrun.NodeFile("up\n")
     return files

@@ -78,5 +78,80 @@ the kernel kills at start. */ -}}
 {{- end }}
 {{- end }}
 {{- end }}
+{{- /* RDMA between nodes (accelerator.rdma, mooncake-pd.profile.rdma): what cannot work. */ -}}
+{{- $rdma := include "mooncake-pd.profile.rdma" . | fromJson }}
+{{- if $rdma }}
+{{- $context := .Values.engine.securityContext | default dict }}
+{{- if $rdma.refusal }}
+{{- $errors = append $errors (printf "accelerator.rdma.enabled: true on accelerator.type %s, but %s; set it to false" $profile.type $rdma.refusal) }}
+{{- else }}
+{{- /* The devices: a device plugin gives the pod /dev/infiniband's uverbs, umad and rdma_cm
+(Mellanox/k8s-rdma-shared-dev-plugin v1.5.3 pkg/resources/rdma_device_spec.go); a hostPath
+mount only shows the nodes: containerd denies every device to a container (v2.3.4
+pkg/oci/spec.go, the default devices cgroup rule) but the ones the kubelet passes from device
+plugins (internal/cri/opts/spec_linux_opts.go WithDevices), or all when privileged
+(pkg/oci/spec_opts.go WithPrivileged). */ -}}
+{{- if and (not $rdma.resource) (not $rdma.mountInfiniband) }}
+{{- $errors = append $errors "accelerator.rdma.resource: empty with mountInfiniband false, so nothing gives the engine pods the RDMA devices (/dev/infiniband); set the RDMA device plugin's resource (kubectl describe node, Allocatable: rdma/rdma_shared_device_a, nvidia.com/hostdev), or mountInfiniband true with privileged engines" }}
+{{- end }}
+{{- if and $rdma.mountInfiniband (ne (toString $context.privileged) "true") }}
+{{- $errors = append $errors "accelerator.rdma.mountInfiniband: true without engine.securityContext.privileged true; the container runtime lets a container open only the devices a device plugin gave it (or all when privileged), so the mounted /dev/infiniband cannot be opened. Use the RDMA device plugin (accelerator.rdma.resource, mountInfiniband false), or set engine.securityContext.privileged true (and allowPrivilegeEscalation true)" }}
+{{- end }}
+{{- if and $rdma.resource (eq $rdma.resource (toString $profile.resourceName)) }}
+{{- $errors = append $errors (printf "accelerator.rdma.resource: %s is the accelerator's own device resource; give the RDMA device plugin's (rdma/rdma_shared_device_a, nvidia.com/hostdev)" $rdma.resource) }}
+{{- end }}
+{{- range $role := list "prefill" "decode" }}
+{{- range $kind := list "requests" "limits" }}
+{{- if and $rdma.resource (hasKey (get ((index $.Values $role).resources | default dict) $kind | default dict) $rdma.resource) }}
+{{- $errors = append $errors (printf "%s.resources.%s.%s: the chart requests it from accelerator.rdma.count with RDMA on; remove this key" $role $kind $rdma.resource) }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- /* IPC_LOCK (mooncake-pd.security.engineContext): containerd applies a container's dropped
+capabilities after its added ones (v2.3.4 internal/cri/opts/spec_opts.go WithCapabilities), so
+an explicit drop of IPC_LOCK removes it again. */ -}}
+{{- range $capability := (($context.capabilities | default dict).drop | default list) }}
+{{- if has (upper (toString $capability)) (list "IPC_LOCK" "CAP_IPC_LOCK") }}
+{{- $errors = append $errors (printf "engine.securityContext.capabilities.drop: %s with accelerator.rdma on, which adds IPC_LOCK to pin the memory RDMA moves (the drop wins, and registering memory beyond the memlock limit fails); remove it from drop" $capability) }}
+{{- end }}
+{{- end }}
+{{- /* UCX needs a GPU transport to move GPU memory (openucx/ucx v1.20.1 docs/source/faq.md,
+"Which transports does UCX use?": applications using GPU memory must also specify GPU
+transports); the KV buffer is in GPU memory where kvTransfer.bufferDevice (or the profile's
+default, else vLLM's) is cuda. */ -}}
+{{- $buffer := toString (default "cuda" (default $profile.kvBufferDevices.default .Values.kvTransfer.bufferDevice)) }}
+{{- range $entry := $rdma.env }}
+{{- if and (eq $entry.name "UCX_TLS") (not (hasPrefix "^" $entry.value)) (eq $buffer "cuda") }}
+{{- $gpu := false }}
+{{- range $tl := splitList "," $entry.value }}{{ if has (trim $tl) (list "all" "cuda" "cuda_copy" "cuda_ipc" "gdr_copy") }}{{ $gpu = true }}{{ end }}{{ end }}
+{{- if not $gpu }}
+{{- $errors = append $errors (printf "%s: %q has no GPU transport, but NIXL moves the KV cache from GPU memory (kvTransfer.bufferDevice); add cuda (e.g. %s,cuda), or leave it empty for UCX's choice" $entry.from $entry.value $entry.value) }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- /* The variables it sets are container env, which the start script's exports override:
+engine.env and <role>.env may not name them, and accelerator.rdma.env may not name what the
+chart sets otherwise. */ -}}
+{{- $sets := dict }}
+{{- range $entry := $rdma.env }}{{ $_ := set $sets $entry.name $entry.from }}{{ end }}
+{{- range $where, $map := dict "engine.env" .Values.engine.env "prefill.env" .Values.prefill.env "decode.env" .Values.decode.env }}
+{{- range $name, $_ := $map | default dict }}
+{{- if hasKey $sets $name }}
+{{- $errors = append $errors (printf "%s.%s: accelerator.rdma sets %s for the engines (from %s), and this start-script export would silently override it; set it there, or remove it here" $where $name $name (get $sets $name)) }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- $owned := dict }}
+{{- range $entry := $profile.rdma.env | default list }}{{ $_ := set $owned $entry.name (ternary (printf "accelerator.rdma.%s" (toString $entry.key)) "accelerator.rdma.enabled (fixed)" (hasKey $entry "key")) }}{{ end }}
+{{- range $profile.nic.addressEnv }}{{ $_ := set $owned . "(the pod IP)" }}{{ end }}
+{{- range $profile.nic.interfaceEnv }}{{ $_ := set $owned . "network.interface" }}{{ end }}
+{{- range include "mooncake-pd.env.engineOwn" . | fromJsonArray }}{{ $_ := set $owned . "(the pod template)" }}{{ end }}
+{{- range $name, $_ := .Values.accelerator.rdma.env | default dict }}
+{{- if hasKey $owned $name }}
+{{- $errors = append $errors (printf "accelerator.rdma.env.%s: the chart sets %s from %s; remove it here%s" $name $name (get $owned $name) (ternary (printf " and set %s" (get $owned $name)) "" (hasPrefix "accelerator.rdma." (get $owned $name)))) }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- end }}
 {{- toJson $errors -}}
 {{- end }}
