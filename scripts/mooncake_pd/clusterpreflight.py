@@ -5,8 +5,9 @@ With the release rendered as `helm install` will render it, and read access to t
 - every rendered object, and every Pod the controllers will create from the rendered templates
   (Kthena from each ModelServing role's entry and worker template, kthena v1.0.0
   pkg/model-serving-controller/utils/utils.go GenerateEntryPod/GenerateWorkerPod; a Deployment's
-  ReplicaSet, a Job, a CronJob's Jobs), is sent to the API server as a server-side apply with
-  `dryRun=All` and `fieldValidation=Strict`: every admission step runs (Pod Security, the
+  ReplicaSet, a Job, a CronJob's Jobs), is sent to the API server with `dryRun=All` and
+  `fieldValidation=Strict` (the objects as a server-side apply, the pods as the create their
+  controller will make): every admission step runs (Pod Security, the
   cluster's ValidatingAdmissionPolicies, webhooks such as Kyverno or Gatekeeper, ResourceQuota,
   LimitRange, the CRDs' schemas and CEL rules, Kthena's webhooks) and nothing is stored
   (kubernetes v1.34.2 staging/src/k8s.io/apiserver/pkg/endpoints/handlers/patch.go, dryRun and
@@ -667,6 +668,8 @@ class KubeApi:
         if resource is None:
             return f"the cluster serves no {obj['kind']} in {obj['apiVersion']}"
         namespace = obj["metadata"].get("namespace") if resource.namespaced else None
+        if obj["kind"] == "Pod":
+            return self._dry_run_create(resource, obj, namespace)
         try:
             self._dynamic.server_side_apply(
                 resource,
@@ -679,6 +682,30 @@ class KubeApi:
             )
         except ApiException as e:
             return _message(e)
+        return None
+
+    def _dry_run_create(self, resource: Any, pod: dict[str, Any], namespace: str | None) -> str | None:
+        """A Pod is dry-run as its controller makes it, a create (POST): so that a pod of the same
+        name already running (preflight before an upgrade) is not judged as an update of it. Where
+        one exists (409), again under a name of its own."""
+        from kubernetes.client.exceptions import ApiException
+
+        for name in (pod["metadata"]["name"], pod["metadata"]["name"][:53] + "-preflight"):
+            body = {**pod, "metadata": {**pod["metadata"], "name": name}}
+            try:
+                self._dynamic.create(
+                    resource,
+                    body=body,
+                    namespace=namespace,
+                    field_manager=MANAGER,
+                    dry_run="All",
+                    query_params=[("fieldValidation", "Strict")],
+                )
+            except ApiException as e:
+                if e.status == 409:
+                    continue
+                return _message(e)
+            return None
         return None
 
     def get(self, api_version: str, kind: str, name: str, namespace: str | None = None) -> dict[str, Any] | None:
