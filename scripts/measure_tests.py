@@ -57,6 +57,9 @@ HOG = (
     "    for _ in range(500_000):\n"
     "        pass\n"
 )
+# Seconds a stopped pytest has to tear its fixtures down: the e2e stops each engine with a 10 s
+# grace (localpods), a cluster's components with 10 s each (STOP_GRACE in tests/support/kube).
+TEARDOWN_GRACE = 120.0
 # What pytest's exit codes mean (pytest.ExitCode), for a stage that failed without a failed test.
 EXIT_CODES = {1: "tests failed", 2: "interrupted", 3: "internal error", 4: "usage error", 5: "no tests collected"}
 
@@ -297,7 +300,7 @@ def hogs(count: int) -> Iterator[list[int]]:
     `finally`, also on an exception, Ctrl-C or (in the main thread) SIGTERM."""
     procs: list[subprocess.Popen[bytes]] = []
     main_thread = threading.current_thread() is threading.main_thread()
-    previous = signal.signal(signal.SIGTERM, _raise_on_sigterm) if count and main_thread else None
+    previous = signal.signal(signal.SIGTERM, _raise_on_sigterm) if main_thread else None
     try:
         for _ in range(count):
             procs.append(subprocess.Popen(hog_command(os.getpid()), stdin=subprocess.DEVNULL))
@@ -313,6 +316,24 @@ def hogs(count: int) -> Iterator[list[int]]:
                 proc.wait()
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
+
+
+def run_to_end(command: list[str]) -> int:
+    """Run pytest and return its exit code. When this script is stopped (SIGTERM, Ctrl-C), pytest
+    gets SIGTERM and TEARDOWN_GRACE seconds to tear its fixtures down (tests/conftest.py turns
+    SIGTERM into an interrupt), so the clusters and engines it started are stopped by their own
+    fixtures; subprocess.run would SIGKILL it and leave them running."""
+    proc = subprocess.Popen(command, cwd=REPO)
+    try:
+        return proc.wait()
+    except BaseException:
+        proc.terminate()
+        try:
+            proc.wait(timeout=TEARDOWN_GRACE)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        raise
 
 
 def parse_stage(text: str) -> Stage:
@@ -341,12 +362,12 @@ def run_stage(run: int, stage: Stage, out: Path) -> tuple[dict[str, Any], list[T
     command = [sys.executable, "-m", "pytest", *stage.pytest_args, "-q", f"--junitxml={junit}"]
     print(f"run {run} {stage.name}: {shlex.join(command[1:])}", flush=True)
     start = time.monotonic()
-    proc = subprocess.run(command, cwd=REPO, check=False)
+    returncode = run_to_end(command)
     seconds = time.monotonic() - start
     text = junit.read_text() if junit.exists() else None
     if text is not None and not _parses(text):
         text = None  # a report cut short counts as none
-    result = stage_result(run, stage.name, seconds, proc.returncode, text)
+    result = stage_result(run, stage.name, seconds, returncode, text)
     print(f"run {run} {_counts(result)}", flush=True)
     return result, parse_junit(text) if text else []
 

@@ -11,7 +11,10 @@ from typing import Any
 import pytest
 
 from mooncake_pd import engines, helm, manifests, paths, validate
-from support import nodes
+from support import nodes, teardown
+
+# SIGTERM tears the run down like Ctrl-C: the fixtures stop what they started (support/teardown.py).
+teardown.install()
 
 # The suite starts helm over a thousand times, each a process that lives ~0.2 s: collecting its
 # garbage less often (Go's default is 100) takes ~15% off its CPU time and changes no output.

@@ -235,10 +235,17 @@ def test_keep_going_runs_every_stage_of_every_run_beside_the_hogs_and_reports_ea
     assert "run 1 flaky: " in proc.stdout and "1 flaky test(s), beside 1 CPU hog(s)" in proc.stdout
 
 
-def test_sigterm_stops_the_hogs_and_the_running_tests(tmp_path: Path):
-    started = tmp_path / "pid"
+def test_sigterm_stops_the_hogs_and_the_running_tests_after_their_teardown(tmp_path: Path):
+    """The running tests get SIGTERM and tear down as the suite's conftest makes them (a
+    fixture's finalizer runs: it is what stops a cluster or an engine), then they are gone."""
+    started, torn_down = tmp_path / "pid", tmp_path / "torn-down"
+    (tmp_path / "conftest.py").write_text(
+        f"import sys\nsys.path.insert(0, {str(paths.REPO / 'tests')!r})\n"
+        "from support import teardown\n\nteardown.install()\n"
+    )
     (tmp_path / "test_slow.py").write_text(
-        "import os, time\nfrom pathlib import Path\n\n\ndef test_slow():\n"
+        "import os, time\nfrom pathlib import Path\n\nimport pytest\n\n\n@pytest.fixture\ndef server():\n"
+        f"    yield\n    Path({str(torn_down)!r}).touch()\n\n\ndef test_slow(server):\n"
         f"    Path({str(started)!r}).write_text(str(os.getpid()))\n    time.sleep(60)\n"
     )
     argv = [sys.executable, str(SCRIPT), "--hog", "1", "--out", str(tmp_path / "out")]
@@ -257,6 +264,7 @@ def test_sigterm_stops_the_hogs_and_the_running_tests(tmp_path: Path):
         proc.wait()
         proc.stdout.close()
     assert _gone(hog) and _gone(int(started.read_text()))
+    assert torn_down.exists()
 
 
 def _run(tmp_path: Path, test_body: str, *options: str) -> subprocess.CompletedProcess:
