@@ -5,6 +5,7 @@ results and recorded API answers; the table, --compare and --plot."""
 from __future__ import annotations
 
 import datetime
+import functools
 import itertools
 import json
 import os
@@ -404,3 +405,147 @@ def test_the_release_is_given_as_render_and_verify_take_it_and_the_old_word_stil
         ).stdout.split()
     )
     assert "deprecated: the release as a positional word" in help_text and "--release NAME" in help_text
+
+
+# benchmark.args against the checks `vllm bench serve` makes after parsing
+# (chart/files/bench-serve-rules.yaml, read by chart/templates/validate/_benchmark.tpl).
+RULES = paths.REPO / "chart" / "files" / "bench-serve-rules.yaml"
+
+
+def engine_versions() -> dict[str, str]:
+    """engine version -> its vLLM release (chart/files/profiles.yaml)."""
+    import yaml
+
+    table = yaml.safe_load((paths.REPO / "chart" / "files" / "profiles.yaml").read_text())
+    return {version: str(row["vllm"]) for version, row in table["engines"].items()}
+
+
+def bench_options(version: str) -> set[str]:
+    data = json.loads((paths.REPO / "chart" / "files" / "engines" / version / "bench-serve-flags.json").read_text())
+    return {option.removeprefix("--") for flag in data["flags"] for option in flag["options"]}
+
+
+def in_range(rule_range: str, vllm: str) -> bool:
+    """The rules' ranges are '>=X.Y.Z' (the template reads them with semverCompare)."""
+    assert re.fullmatch(r">=\d+\.\d+\.\d+", rule_range), rule_range
+    return tuple(map(int, vllm.split("."))) >= tuple(map(int, rule_range[2:].split(".")))
+
+
+def test_bench_rules_name_options_of_every_version_they_apply_to():
+    import yaml
+
+    rules = yaml.safe_load(RULES.read_text())["rules"]
+    versions = engine_versions()
+    checks = {"needs", "requestRate", "datasets", "min", "above", "below", "notAbove", "pattern", "owner"}
+    for rule in rules:
+        assert rule["why"] and re.match(r"vllm v\d+\.\d+\.\d+ vllm/benchmarks/\S+\.py \w", rule["source"]), rule
+        assert checks & set(rule), f"{rule['option']}: no check"
+        covered = [v for v, vllm in versions.items() if in_range(rule["vllm"], vllm)]
+        assert covered, f"{rule['option']}: applies to no engine version"
+        # A prefix (a data set's options) names options of some version; vLLM dropped some since.
+        prefixed = [o for v in covered for o in bench_options(v) if o.startswith(rule["option"])]
+        assert prefixed or not rule.get("prefix"), f"{rule['option']}: no option of any version starts so"
+        for version in covered:
+            options = bench_options(version)
+            if not rule.get("prefix"):
+                named = [rule["option"], *rule.get("needs", []), *rule.get("when", {}), rule.get("notAbove")]
+                missing = [o for o in named if o and o not in options]
+                assert not missing, f"{rule['option']} at {version}: {missing} not options of vllm bench serve"
+
+
+def test_bench_args_that_satisfy_the_rules_reach_the_job(render: Renderer):
+    args = {
+        "goodput": ["ttft:500", "tpot:50", "e2el:1.5e3"],
+        "header": ["X-Run=a"],
+        "burstiness": 0.5,
+        "random-range-ratio": 0.2,
+        "random-prefix-len": 16,
+        "metric-percentiles": "50, 90,99.9",
+    }
+    values = {"benchmark": {"enabled": True, "workload": {"requestRate": 8}, "args": args}}
+    script = job(render(overrides=values))["spec"]["template"]["spec"]["containers"][0]["args"][0]
+    for flag in ("--goodput", "--burstiness", "--random-range-ratio", "--random-prefix-len", "--header"):
+        assert flag in script
+    ramp = {"ramp-up-strategy": "linear", "ramp-up-start-rps": 1, "ramp-up-end-rps": 20}
+    assert job(render(overrides={"benchmark": {"enabled": True, "args": ramp}}))
+
+
+@pytest.mark.parametrize(
+    ("args", "rate", "expected"),
+    [
+        (
+            {"ramp-up-strategy": "linear", "ramp-up-end-rps": 2},
+            "inf",
+            "needs --ramp-up-start-rps in benchmark.args too",
+        ),
+        ({"ramp-up-end-rps": 2}, "inf", "benchmark.args.ramp-up-end-rps: needs --ramp-up-strategy"),
+        (
+            {"ramp-up-strategy": "linear", "ramp-up-start-rps": 5, "ramp-up-end-rps": 2},
+            "inf",
+            "5 is above --ramp-up-end-rps 2",
+        ),
+        ({"ramp-up-strategy": "exponential", "ramp-up-start-rps": 0, "ramp-up-end-rps": 2}, "inf", "0 must be above 0"),
+        ({"burstiness": 0}, "4", "benchmark.args.burstiness: 0 must be above 0"),
+        ({"header": ["Authorization"]}, "inf", '"Authorization" is not KEY=VALUE'),
+        ({"goodput": "tpot:-5"}, "inf", '"tpot:-5" is not NAME:MILLISECONDS'),
+        ({"metric-percentiles": "p50"}, "inf", '"p50" is not numbers separated by commas'),
+        ({"random-range-ratio": 1}, "inf", "1 must be below 1"),
+        ({"sonnet-input-len": 100}, "inf", "applies to --dataset-name sonnet, not benchmark.workload.dataset random"),
+    ],
+)
+def test_bench_args_vllm_would_refuse_or_ignore_are_refused(render: Renderer, args: dict, rate: str, expected: str):
+    values = {"benchmark": {"enabled": True, "workload": {"requestRate": rate}, "args": args}}
+    assert expected in render.error(overrides=values)
+
+
+# benchmark.tokenizer, when not a path, is a Hugging Face repo id: the chart refuses exactly what
+# huggingface_hub's validate_repo_id refuses (within the schema's ASCII form).
+REPO_IDS = [
+    "Qwen/Qwen2.5-7B-Instruct",
+    "gpt2",
+    "1/2",
+    "o_/n_",
+    "org/" + "a" * 96,
+    "org/" + "a" * 97,
+    "a--b/c",
+    "a/b..c",
+    "org/name.",
+    "org/name-",
+    "org./name",
+    "org/x.git",
+    "org/x.gitx",
+]
+
+
+@functools.cache
+def hub_verdicts() -> dict[str, bool]:
+    """validate_repo_id's verdict on each of REPO_IDS, from the huggingface_hub the e2e venv holds
+    (0.36.2, the one vLLM 0.13.0's CPU release installs; .tools/e2e, make e2e-install)."""
+    python = paths.e2e_venv(paths.E2E_FIRST_CPU) / "bin" / "python"
+    if not python.exists():
+        pytest.fail(f"{python} is missing: run scripts/install-e2e.sh gate (its huggingface_hub judges the ids)")
+    program = (
+        "import json, sys\n"
+        "from huggingface_hub.utils import HFValidationError, validate_repo_id\n"
+        "out = {}\n"
+        "for r in json.load(sys.stdin):\n"
+        "    try:\n"
+        "        validate_repo_id(r); out[r] = True\n"
+        "    except HFValidationError:\n"
+        "        out[r] = False\n"
+        "print(json.dumps(out))\n"
+    )
+    proc = subprocess.run(
+        [str(python), "-c", program], input=json.dumps(REPO_IDS), capture_output=True, text=True, timeout=120
+    )
+    assert proc.returncode == 0, proc.stderr
+    return dict(json.loads(proc.stdout))
+
+
+@pytest.mark.parametrize("repo_id", REPO_IDS, ids=lambda r: r[:24])
+def test_tokenizer_repo_ids_are_refused_as_huggingface_hub_refuses(render: Renderer, repo_id: str):
+    values = {"benchmark": {"enabled": True, "tokenizer": repo_id}}
+    if hub_verdicts()[repo_id]:
+        assert job(render(overrides=values))
+    else:
+        assert f'benchmark.tokenizer: "{repo_id}"' in render.error(overrides=values)

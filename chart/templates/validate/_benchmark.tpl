@@ -51,6 +51,79 @@ workload the engines accept, and `vllm bench serve` flags of the engine version.
 {{- end }}
 {{- end }}
 {{- end }}
+{{- $errors = concat $errors (include "mooncake-pd.validate.benchmark.rules" $ | fromJsonArray) }}
 {{- end }}
+{{- toJson $errors -}}
+{{- end }}
+
+{{/*
+benchmark.args against the checks `vllm bench serve` makes after parsing, as data in
+chart/files/bench-serve-rules.yaml (each rule cites its vLLM file), for the engine version's vLLM.
+*/}}
+{{- define "mooncake-pd.validate.benchmark.rules" -}}
+{{- $errors := list -}}
+{{- $bench := .Values.benchmark -}}
+{{- $vllm := (include "mooncake-pd.profile" . | fromJson).engine.vllm -}}
+{{- $given := dict -}}
+{{- range $k, $v := $bench.args | default dict }}{{ if not (kindIs "invalid" $v) }}{{ $_ := set $given (replace "_" "-" $k) (dict "key" $k "value" $v) }}{{ end }}{{ end -}}
+{{- $dataset := $bench.workload.dataset -}}
+{{- $rate := toString $bench.workload.requestRate -}}
+{{- $number := "^-?([0-9]+\\.?[0-9]*|\\.[0-9]+)([eE][-+]?[0-9]+)?$" -}}
+{{- range $rule := (.Files.Get "files/bench-serve-rules.yaml" | fromYaml).rules -}}
+{{- $applies := and (semverCompare $rule.vllm $vllm) (or (not $rule.ifDataset) (has $dataset $rule.ifDataset)) -}}
+{{- range $flag, $want := $rule.when | default dict }}{{ if ne (toString (dig $flag "value" "" $given)) (toString $want) }}{{ $applies = false }}{{ end }}{{ end -}}
+{{- if $applies -}}
+{{- range $name := keys $given | sortAlpha -}}
+{{- if or (eq $name $rule.option) (and $rule.prefix (hasPrefix $rule.option $name)) -}}
+{{- $entry := get $given $name -}}
+{{- $key := printf "benchmark.args.%s" $entry.key -}}
+{{- $value := $entry.value -}}
+{{- $scalar := toString $value -}}
+{{- $because := printf "(%s; %s)" $rule.why $rule.source -}}
+{{- with $rule.owner -}}
+{{- $errors = append $errors (printf "%s: the chart sets the workload from %s %s; set %s instead and drop --%s" $key . $because . $name) -}}
+{{- end -}}
+{{- range $needed := $rule.needs | default list -}}
+{{- if not (hasKey $given $needed) -}}
+{{- $errors = append $errors (printf "%s: needs --%s in benchmark.args too %s; add it or drop --%s" $key $needed $because $name) -}}
+{{- end -}}
+{{- end -}}
+{{- if and (eq (toString $rule.requestRate) "inf") (ne $rate "inf") -}}
+{{- $errors = append $errors (printf "%s: needs benchmark.workload.requestRate \"inf\" (now %s) %s; set requestRate to \"inf\" or drop --%s" $key $rate $because $name) -}}
+{{- else if and (eq (toString $rule.requestRate) "finite") (eq $rate "inf") -}}
+{{- $errors = append $errors (printf "%s: needs a finite benchmark.workload.requestRate (now \"inf\") %s; set requestRate to requests per second or drop --%s" $key $because $name) -}}
+{{- end -}}
+{{- if and $rule.datasets (not (has $dataset $rule.datasets)) -}}
+{{- $errors = append $errors (printf "%s: applies to --dataset-name %s, not benchmark.workload.dataset %s %s; drop it" $key (join " or " $rule.datasets) $dataset $because) -}}
+{{- end -}}
+{{- if regexMatch $number $scalar -}}
+{{- if and (hasKey $rule "min") (lt (float64 $scalar) (float64 $rule.min)) -}}
+{{- $errors = append $errors (printf "%s: %s is below %v %s; use at least %v" $key $scalar $rule.min $because $rule.min) -}}
+{{- end -}}
+{{- if and (hasKey $rule "above") (le (float64 $scalar) (float64 $rule.above)) -}}
+{{- $errors = append $errors (printf "%s: %s must be above %v %s; use a larger value or drop it" $key $scalar $rule.above $because) -}}
+{{- end -}}
+{{- if and (hasKey $rule "below") (ge (float64 $scalar) (float64 $rule.below)) -}}
+{{- $errors = append $errors (printf "%s: %s must be below %v %s; use a smaller value or drop it" $key $scalar $rule.below $because) -}}
+{{- end -}}
+{{- with $rule.notAbove -}}
+{{- $other := toString (dig . "value" "" $given) -}}
+{{- if and (regexMatch $number $other) (gt (float64 $scalar) (float64 $other)) -}}
+{{- $errors = append $errors (printf "%s: %s is above --%s %s %s; lower it or raise --%s" $key $scalar . $other $because .) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- with $rule.pattern -}}
+{{- $pattern := . -}}
+{{- range $item := ternary $value (list $value) (kindIs "slice" $value) -}}
+{{- if not (regexMatch $pattern (toString $item)) -}}
+{{- $errors = append $errors (printf "%s: %q is not %s %s; write it so or drop it" $key (toString $item) $rule.form $because) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
 {{- toJson $errors -}}
 {{- end }}
