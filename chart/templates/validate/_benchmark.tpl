@@ -21,6 +21,20 @@ workload the engines accept, and `vllm bench serve` flags of the engine version.
 {{- if and (eq $bench.workload.dataset "random") (gt (add (int $bench.workload.inputLen) (int $bench.workload.outputLen)) (int64 .Values.model.maxModelLen)) }}
 {{- $errors = append $errors (printf "benchmark.workload: inputLen + outputLen = %d + %d is above model.maxModelLen (%d); the engines would refuse every request (HTTP 400); lower them or raise model.maxModelLen" (int $bench.workload.inputLen) (int $bench.workload.outputLen) (int64 .Values.model.maxModelLen)) }}
 {{- end }}
+{{- /* With --random-range-ratio r and --random-prefix-len p, the longest request asks for up to
+p + ceil(inputLen x (1 + r)) prompt and ceil(outputLen x (1 + r)) output tokens (vllm v0.13.0
+vllm/benchmarks/datasets.py RandomDataset.get_sampling_params: input_high, output_high; the
+prefix is added to each prompt); the engines refuse those above model.maxModelLen. */ -}}
+{{- $args := $bench.args | default dict }}
+{{- $ratio := toString (coalesce (get $args "random-range-ratio") (get $args "random_range_ratio") 0) }}
+{{- $prefix := toString (coalesce (get $args "random-prefix-len") (get $args "random_prefix_len") 0) }}
+{{- if and (eq $bench.workload.dataset "random") (regexMatch "^[0-9]*\\.?[0-9]+$" $ratio) (regexMatch "^[0-9]+$" $prefix) (or (ne $ratio "0") (ne $prefix "0")) }}
+{{- $longestIn := add (int $prefix) (int (ceil (mulf (int $bench.workload.inputLen) (addf 1 (float64 $ratio))))) }}
+{{- $longestOut := int (ceil (mulf (int $bench.workload.outputLen) (addf 1 (float64 $ratio)))) }}
+{{- if and (lt (float64 $ratio) 1.0) (le (add (int $bench.workload.inputLen) (int $bench.workload.outputLen)) (int64 .Values.model.maxModelLen)) (gt (add $longestIn $longestOut) (int64 .Values.model.maxModelLen)) }}
+{{- $errors = append $errors (printf "benchmark.args: with random-range-ratio %s and random-prefix-len %s the longest request asks for %d prompt + %d output tokens, above model.maxModelLen (%d); the engines would refuse those requests (HTTP 400), and the run would count them as failed; lower inputLen/outputLen or the ratio, or raise model.maxModelLen" $ratio $prefix $longestIn $longestOut (int64 .Values.model.maxModelLen)) }}
+{{- end }}
+{{- end }}
 {{- if ge (int $bench.readyTimeoutSeconds) (int $bench.activeDeadlineSeconds) }}
 {{- $errors = append $errors (printf "benchmark.readyTimeoutSeconds: %d leaves no time for the run within benchmark.activeDeadlineSeconds (%d); the Job would be killed while waiting; lower it or raise activeDeadlineSeconds" (int $bench.readyTimeoutSeconds) (int $bench.activeDeadlineSeconds)) }}
 {{- end }}
