@@ -91,3 +91,86 @@ def test_metrics_come_from_vllms_loggers(tmp_path: Path):
         "vllm:time_to_first_token_seconds histogram",
         "vllm:prompt_tokens_total counter",
     ]
+
+
+def test_bounds_are_read_from_pydantic_field_metadata():
+    """engine_probe.field_bounds on a stand-in of a pydantic dataclass: the field's own metadata
+    (Field(gt=0, le=1) keeps annotated_types.Gt/Le there) and Annotated[...] inside an optional
+    type; fields without any, and unknown fields, have none."""
+    from dataclasses import dataclass as plain_dataclass
+    from typing import Annotated, ClassVar
+
+    from mooncake_pd import engine_probe
+
+    @plain_dataclass(frozen=True)
+    class Gt:
+        gt: float
+
+    @plain_dataclass(frozen=True)
+    class Le:
+        le: float
+
+    @plain_dataclass(frozen=True)
+    class Ge:
+        ge: int
+
+    @plain_dataclass
+    class Info:
+        metadata: list
+        annotation: object
+
+    class CacheConfig:
+        __pydantic_fields__: ClassVar[dict[str, Info]] = {
+            "gpu_memory_utilization": Info([Gt(0), Le(1)], float),
+            "block": Info([], Annotated[int, Ge(1)] | None),
+            "plain": Info([], int),
+            "flag": Info([Ge(True)], bool),
+        }
+
+    assert engine_probe.field_bounds(CacheConfig, "gpu_memory_utilization") == {
+        "field": f"{__name__}.{test_bounds_are_read_from_pydantic_field_metadata.__name__}.<locals>.CacheConfig"
+        ".gpu_memory_utilization",
+        "gt": 0,
+        "le": 1,
+    }
+    assert engine_probe.field_bounds(CacheConfig, "block")["ge"] == 1
+    assert engine_probe.field_bounds(CacheConfig, "plain") == {}
+    assert engine_probe.field_bounds(CacheConfig, "flag") == {}  # a bool is not a bound
+    assert engine_probe.field_bounds(CacheConfig, "missing") == {}
+    assert engine_probe.field_bounds(object, "x") == {}
+
+
+def test_options_remember_the_config_field_they_came_from():
+    """engine_probe.flags writes an option's bounds only where add_argument was handed the
+    field's kwargs (record_sources marks them, keep_sources keeps the mark on the action): the
+    mark never reaches argparse itself."""
+    import argparse
+    from dataclasses import dataclass as plain_dataclass
+    from typing import ClassVar
+
+    from mooncake_pd import engine_probe
+
+    @plain_dataclass(frozen=True)
+    class Ge:
+        ge: int
+
+    @plain_dataclass
+    class Info:
+        metadata: list
+        annotation: object
+
+    class SchedulerConfig:
+        __pydantic_fields__: ClassVar[dict[str, Info]] = {"max_num_seqs": Info([Ge(1)], int)}
+
+    parser = argparse.ArgumentParser()
+    original = engine_probe.keep_sources()
+    try:
+        parser.add_argument("--max-num-seqs", type=int, **{engine_probe.SOURCE: (SchedulerConfig, "max_num_seqs")})
+        parser.add_argument("--other", type=int)
+    finally:
+        argparse._ActionsContainer.add_argument = original  # type: ignore[method-assign]
+    rows = {r["options"][0]: r for r in engine_probe.flags(parser, defaults=False)}
+    assert rows["--max-num-seqs"]["bounds"]["ge"] == 1
+    assert rows["--max-num-seqs"]["bounds"]["field"].endswith("SchedulerConfig.max_num_seqs")
+    assert "bounds" not in rows["--other"]
+    assert parser.parse_args(["--max-num-seqs", "3"]).max_num_seqs == 3

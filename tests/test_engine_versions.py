@@ -561,3 +561,103 @@ def test_nixl_roles_follow_the_version(render: Renderer, version: str):
         "decode": "NixlConnector",
     }
     assert {role: c["kv_role"] for role, c in configs.items()} == NIXL_ROLES[version]
+
+
+# Cross-field rules as data (chart/files/engines/rules.yaml, issue 39 item 1): the file is held
+# against the versions' own data here, and every rule has its bad-values case.
+RULES = yaml.safe_load((paths.ENGINE_DATA / "rules.yaml").read_text())["rules"]
+OPERATORS = {"eq", "ne", "lt", "le", "gt", "ge"}
+
+
+def _operands(rule: dict) -> list:
+    return [side for condition in rule["when"] for side in (condition[0], condition[2])] + [rule["key"]]
+
+
+@pytest.mark.parametrize("rule", RULES, ids=[r["id"] for r in RULES])
+def test_each_rule_reads_what_its_versions_have(rule: dict):
+    """A rule names versions the chart knows, flags each of them has, --additional-config keys
+    its vLLM-Ascend reads and operators the template knows; a typo would leave it silent."""
+    assert set(rule) <= {"id", "versions", "ascend", "when", "defaults", "key", "problem", "fix"}, rule["id"]
+    assert rule["when"] and rule["problem"] and rule["fix"]
+    assert all(len(c) == 3 and c[1] in OPERATORS for c in rule["when"]), rule["id"]
+    assert rule["key"] in _operands(rule)[:-1], "the key must be an operand of a condition"
+    for version, citation in rule["versions"].items():
+        assert version in VERSIONS, (rule["id"], version)
+        assert re.match(r"(vllm|vllm-ascend) v\d+\.\d+\.\d+ \S+\.py ", citation), (rule["id"], citation)
+        assert version.removeprefix("v") in citation.split()[1], (rule["id"], citation)
+        folder = paths.ENGINE_DATA / version
+        options = {
+            o.removeprefix("--")
+            for f in json.loads((folder / "serve-flags.json").read_text())["flags"]
+            for o in f["options"]
+        }
+        if rule.get("ascend"):
+            assert version in ASCEND, (rule["id"], version)
+            keys = json.loads((folder / "vllm-ascend.json").read_text())["additionalConfigKeys"]
+        for operand in _operands(rule) + list(rule.get("defaults") or {}):
+            if isinstance(operand, str) and operand.startswith("args."):
+                path = operand.removeprefix("args.").split(".")
+                assert path[0] in options, (rule["id"], version, operand)
+                if path[0] == "additional-config":
+                    assert rule.get("ascend") and path[1] in keys, (rule["id"], version, operand)
+
+
+def test_every_rule_has_its_bad_values_case():
+    cases = {
+        line.removeprefix("# rule: ").strip()
+        for path in (Path(__file__).parent / "bad-values").glob("engine-rule-*.yaml")
+        for line in path.read_text().splitlines()[1:2]
+        if line.startswith("# rule: ")
+    }
+    assert {r["id"] for r in RULES} - cases == set()
+    assert cases - {r["id"] for r in RULES} == set()
+
+
+def test_rules_read_every_spelling_and_skip_what_the_values_leave_open(render: Renderer):
+    """The other spelling of a two-way flag is the flag turned the other way; a numeric string
+    is its number; engine.args is named where it set the flag; a rule with an operand the values
+    leave unset (vLLM's own default) is not checked; the edges hold."""
+    message = render.error(
+        overrides={
+            "engine": {"args": {"no-enable-chunked-prefill": True}},
+            "prefill": {"args": {"max-num-batched-tokens": "16384"}},
+        }
+    )
+    assert (
+        "prefill.args.max-num-batched-tokens: 16384 is below model.maxModelLen (40000) with chunked prefill off"
+        in message
+    )
+    assert "decode.args.max-num-batched-tokens: 256 is below model.maxModelLen (40000)" in message
+    message = render.error(
+        overrides={
+            "engine": {"args": {"max-num-batched-tokens": 300}},
+            "decode": {"args": {"max-num-batched-tokens": None, "max-num-seqs": 512}},
+        }
+    )
+    assert "engine.args.max-num-batched-tokens: 300 is below max-num-seqs (512)" in message
+    assert "prefill.args.max-num-batched-tokens" not in message  # its own 16384 >= its 8
+    # Chunked prefill left to vLLM (on by default in V1): a small budget renders.
+    render(overrides={"prefill": {"args": {"max-num-batched-tokens": 1024}}})
+    # Equal is allowed: max-num-batched-tokens == max-num-seqs, and == model.maxModelLen without chunked prefill.
+    render(overrides={"decode": {"args": {"max-num-batched-tokens": 40, "max-num-seqs": 40}}})
+    render(overrides={"model": {"maxModelLen": 16384}, "prefill": {"args": {"enable-chunked-prefill": False}}})
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_bounds_come_from_vllms_config_fields(version: str):
+    """`mooncake-pd engines generate` writes each option's bounds from the pydantic field its
+    parser built it from (engine_probe.record_sources); the ones the chart's defaults set."""
+    flags = {
+        f["options"][0]: f for f in json.loads((paths.ENGINE_DATA / version / "serve-flags.json").read_text())["flags"]
+    }
+    assert flags["--gpu-memory-utilization"]["bounds"] == {
+        "field": "vllm.config.cache.CacheConfig.gpu_memory_utilization",
+        "gt": 0,
+        "le": 1,
+    }
+    assert flags["--max-num-seqs"]["bounds"]["ge"] == 1
+    assert flags["--max-num-batched-tokens"]["bounds"]["ge"] == 1
+    # --kv-cache-dtype is CacheConfig.cache_dtype: no bound; choices where the parser has them
+    # (0.33 types it CacheDType | str and checks it in a validator instead).
+    assert "bounds" not in flags["--kv-cache-dtype"]
+    assert version == "v0.33.0" or "auto" in flags["--kv-cache-dtype"]["choices"]

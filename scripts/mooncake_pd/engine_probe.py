@@ -4,7 +4,8 @@ Runs inside a scratch environment that imports that vLLM (`mooncake-pd engines g
 starts it with the vLLM of the version first on sys.path), so it imports nothing but the
 standard library and vLLM itself; the JSON it prints is what chart/files/engines/<version>/
 holds. `python engine_probe.py` prints {"vllm": ..., "serve": [...], "benchServe": [...],
-"kvTransferConfig": {...}}.
+"kvTransferConfig": {...}}; a serve option whose vLLM config field declares numeric bounds
+(pydantic `Field(gt=0, le=1)`, annotated_types `Gt`/`Ge`/`Lt`/`Le`) carries them as "bounds".
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import dataclasses
 import json
 import math
 import sys
+from collections.abc import Callable
 from typing import Any
 
 
@@ -48,8 +50,86 @@ def choices(action: argparse.Action) -> list[str] | None:
     return sorted(found) if isinstance(action.choices, (set, frozenset)) else found
 
 
+# The keyword under which a config field's kwargs name their field, on their way from vLLM's
+# get_kwargs(ConfigClass) to add_argument (record_sources): popped again before argparse sees it.
+SOURCE = "_mooncake_pd_source"
+BOUND_NAMES = ("gt", "ge", "lt", "le")
+
+
+def record_sources() -> None:
+    """Make every option vLLM builds from a config field remember that field: each module's
+    get_kwargs (vllm.engine.arg_utils.get_kwargs, bound by name where it is imported) returns the
+    kwargs with SOURCE = (class, field) added, and add_argument keeps it on the action. The flag
+    names do not always match the field (--kv-cache-dtype is CacheConfig.cache_dtype), so the
+    parser's own calls say which field an option sets."""
+    import vllm.engine.arg_utils as arg_utils
+
+    original = arg_utils.get_kwargs
+
+    def get_kwargs(cls: Any) -> dict[str, dict[str, Any]]:
+        found = original(cls)
+        for name, kwargs in found.items():
+            kwargs[SOURCE] = (cls, name)
+        return found
+
+    for module in list(sys.modules.values()):
+        if getattr(module, "get_kwargs", None) is original:
+            module.get_kwargs = get_kwargs  # type: ignore[attr-defined]
+    keep_sources()
+
+
+def keep_sources() -> Callable[..., argparse.Action]:
+    """argparse's add_argument, from now on, takes SOURCE out of its kwargs and keeps it on the
+    action it makes; returns the add_argument it replaced (to put back)."""
+    add_argument = argparse._ActionsContainer.add_argument
+
+    def keeping_source(self: Any, *args: Any, **kwargs: Any) -> argparse.Action:
+        source = kwargs.pop(SOURCE, None)
+        action = add_argument(self, *args, **kwargs)
+        if source is not None:
+            setattr(action, SOURCE, source)
+        return action
+
+    argparse._ActionsContainer.add_argument = keeping_source  # type: ignore[method-assign]
+    return add_argument
+
+
+def constraints(metadata: Any) -> dict[str, Any]:
+    """gt/ge/lt/le of annotated_types constraints in a list of field metadata (Interval too)."""
+    found: dict[str, Any] = {}
+    for item in metadata or ():
+        for name in BOUND_NAMES:
+            value = getattr(item, name, None)
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                found[name] = plain(value)
+    return found
+
+
+def field_bounds(cls: Any, name: str) -> dict[str, Any]:
+    """The numeric bounds a pydantic dataclass declares on one field: the field's own metadata
+    (Field(ge=1)), then Annotated[...] inside its type (int | Annotated[int, Gt(0)])."""
+    from typing import Annotated, get_args, get_origin
+
+    info = (getattr(cls, "__pydantic_fields__", None) or {}).get(name)
+    if info is None:
+        return {}
+    found = constraints(info.metadata)
+    pending = [info.annotation]
+    while pending:
+        hint = pending.pop()
+        if get_origin(hint) is Annotated:
+            found = {**constraints(get_args(hint)[1:]), **found}
+            pending.append(get_args(hint)[0])
+        else:
+            pending.extend(a for a in get_args(hint) if a is not type(None))
+    if not found:
+        return {}
+    return {"field": f"{cls.__module__}.{cls.__qualname__}.{name}", **dict(sorted(found.items()))}
+
+
 def flags(parser: argparse.ArgumentParser, defaults: bool) -> list[dict[str, Any]]:
-    """Every option of a parser, in the parser's order."""
+    """Every option of a parser, in the parser's order; with its config field's bounds where
+    record_sources saw the field and it declares any."""
     found = []
     for action in parser._actions:
         if not action.option_strings or isinstance(action, argparse._HelpAction):
@@ -62,6 +142,10 @@ def flags(parser: argparse.ArgumentParser, defaults: bool) -> list[dict[str, Any
         }
         if defaults:
             row["default"] = plain(action.default)
+        source = getattr(action, SOURCE, None)
+        bounds = field_bounds(*source) if source else {}
+        if bounds:
+            row["bounds"] = bounds
         found.append(row)
     return found
 
@@ -116,6 +200,10 @@ def main() -> int:
     import vllm
 
     pin_cpu_platform()
+    # Import the serve command's modules first: each binds get_kwargs, which record_sources replaces.
+    import vllm.entrypoints.cli.serve
+
+    record_sources()
 
     bench = flags(bench_serve_parser(), defaults=True)
     # A default made afresh on each start (a request-id prefix with a random part) is not data.

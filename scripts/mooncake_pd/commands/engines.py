@@ -117,7 +117,8 @@ def source_md(version: str, row: dict, wheels: list[Path], digests: dict[str, st
     lines += [
         "",
         "- `serve-flags.json`: every option of `vllm serve`, from vLLM's own parser",
-        "  (`vllm.entrypoints.cli.serve.ServeSubcommand().subparser_init`).",
+        "  (`vllm.entrypoints.cli.serve.ServeSubcommand().subparser_init`), with the numeric `bounds`",
+        "  its vLLM config field declares (pydantic `Field(gt=..., le=...)`, annotated_types) where it has any.",
         "- `bench-serve-flags.json`: every option of `vllm bench serve` and its default",
         "  (`vllm.benchmarks.serve.add_cli_args`).",
         "- `kv-transfer-config.json`: `vllm.config.KVTransferConfig`'s fields and defaults, and `extra`",
