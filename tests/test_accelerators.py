@@ -365,3 +365,29 @@ def test_rdma_off_by_default_adds_nothing(render: Renderer):
             assert not [e for e in container["env"] if e["name"].startswith(("NCCL_IB", "UCX_", "MOONCAKE_PD_RDMA"))]
             assert "IPC_LOCK" not in json.dumps(container.get("securityContext", {}))
             assert not [k for k in container["resources"]["limits"] if k.startswith("rdma/")]
+
+
+@pytest.mark.parametrize(
+    ("sets", "because"),
+    [
+        ({"engine": {"hostNetwork": False}}, "the capability IPC_LOCK (accelerator.rdma)"),
+        (
+            {
+                "accelerator": {"type": "nvidia", "rdma": {"enabled": True, "resource": "", "mountInfiniband": True}},
+                "engine": {
+                    "hostNetwork": False,
+                    "securityContext": {"privileged": True, "allowPrivilegeEscalation": True},
+                },
+            },
+            "the hostPath /dev/infiniband (accelerator.rdma.mountInfiniband)",
+        ),
+    ],
+    ids=["ipc-lock", "mounted-infiniband"],
+)
+def test_notes_name_what_rdma_asks_of_pod_security(sets: dict, because: str):
+    """IPC_LOCK and the /dev/infiniband hostPath are outside Pod Security baseline: the NOTES
+    `helm install` prints name them, even off the host network."""
+    cmd = [str(paths.helm_binary("4.1.4")), "install", "demo", str(paths.CHART), "--dry-run=client", "-f", str(RDMA_CI)]
+    cmd += [arg for key, value in sets.items() for arg in ("--set-json", f"{key}={json.dumps(value)}")]
+    notes = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout.split("NOTES:", 1)[1]
+    assert "need the namespace's level privileged" in notes and because in notes
