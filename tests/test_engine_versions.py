@@ -9,6 +9,7 @@ import ast
 import hashlib
 import json
 import re
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -661,3 +662,105 @@ def test_bounds_come_from_vllms_config_fields(version: str):
     # (0.33 types it CacheDType | str and checks it in a validator instead).
     assert "bounds" not in flags["--kv-cache-dtype"]
     assert version == "v0.33.0" or "auto" in flags["--kv-cache-dtype"]["choices"]
+
+
+# vLLM's own config classes on the chart's flags (runtime conformance, in the e2e venv's vLLM
+# 0.13.0: the guide's version; the config classes are the same source in its CPU build).
+CONFIG_CHECK = """
+import json, sys
+from vllm.config import CacheConfig, SchedulerConfig
+out = []
+for case in json.load(sys.stdin):
+    try:
+        SchedulerConfig(**case["scheduler"])
+        CacheConfig(**case["cache"])
+        out.append(None)
+    except Exception as error:  # pydantic's ValidationError wraps the ValueError
+        out.append(f"{type(error).__name__}: {error}"[:300])
+print(json.dumps(out))
+"""
+SCHEDULER_INTS = (
+    "max-num-batched-tokens",
+    "max-num-seqs",
+    "max-num-partial-prefills",
+    "max-long-partial-prefills",
+    "long-prefill-token-threshold",
+)
+CONFIG_CASES = (
+    "engine-bound-gpu-memory-utilization.yaml",
+    "engine-rule-batched-tokens-below-max-model-len.yaml",
+    "engine-rule-seqs-above-batched-tokens.yaml",
+    "engine-rule-partial-prefills-need-chunked-prefill.yaml",
+    "engine-rule-long-partial-above-partial-prefills.yaml",
+)
+
+
+def _config_kwargs(flags: dict) -> dict:
+    """SchedulerConfig and CacheConfig arguments from `vllm serve` flags as the start script
+    passes them (text values; a two-way flag as its spelling)."""
+    scheduler: dict = {"max_model_len": int(flags["max-model-len"]), "is_encoder_decoder": False}
+    scheduler.update({name.replace("-", "_"): int(flags[name]) for name in SCHEDULER_INTS if name in flags})
+    if "enable-chunked-prefill" in flags or "no-enable-chunked-prefill" in flags:
+        scheduler["enable_chunked_prefill"] = "no-enable-chunked-prefill" not in flags
+    cache = (
+        {"gpu_memory_utilization": float(flags["gpu-memory-utilization"])} if "gpu-memory-utilization" in flags else {}
+    )
+    return {"scheduler": scheduler, "cache": cache}
+
+
+def _with(flags: dict, values: dict, role: str) -> dict:
+    """A role's rendered flags with a values file's engine.args and <role>.args laid over them
+    (for values the chart refuses, which therefore render nothing)."""
+    out = dict(flags)
+    if "maxModelLen" in (values.get("model") or {}):
+        out["max-model-len"] = str(values["model"]["maxModelLen"])
+    for section in ((values.get("engine") or {}).get("args") or {}, (values.get(role) or {}).get("args") or {}):
+        for name, value in section.items():
+            if name in ("enable-chunked-prefill", "no-enable-chunked-prefill"):
+                on = bool(value) == (name == "enable-chunked-prefill")
+                out.pop("enable-chunked-prefill", None)
+                out.pop("no-enable-chunked-prefill", None)
+                out["enable-chunked-prefill" if on else "no-enable-chunked-prefill"] = True
+            else:
+                out[name] = str(value)
+    return out
+
+
+@pytest.mark.conformance
+def test_the_rules_and_bounds_agree_with_vllms_config_classes(render: Renderer):
+    """The default and every v0.13.0 preset pass vLLM 0.13.0's SchedulerConfig and CacheConfig
+    with the flags their start scripts pass; each v0.13.0 bad-values case of the scheduler rules
+    and bounds, which the chart refuses, is refused by those classes too."""
+    python = paths.e2e_venv(paths.E2E_FIRST_CPU) / "bin" / "python"
+    if not python.is_file():
+        pytest.skip(f"no {python}: make e2e-venv")
+    goods: dict[str, dict] = {"(default)": {}}
+    for preset in sorted((paths.REPO / "values").glob("*.yaml")):
+        data = yaml.safe_load(preset.read_text()) or {}
+        if profiles.engine_version(data) == "v0.13.0":
+            goods[preset.name] = data
+    cases, names = [], []
+    default_flags = {}
+    for name, data in goods.items():
+        runs = engines.entry_runs(render(values_files=(paths.REPO / "values" / name,) if data else ()).objects)
+        for run in runs:
+            if name == "(default)":
+                default_flags[run.role] = run.serve["flags"]
+            cases.append(_config_kwargs(run.serve["flags"]))
+            names.append((name, run.role, True))
+    for name in CONFIG_CASES:
+        values = yaml.safe_load((Path(__file__).parent / "bad-values" / name).read_text())
+        for role, flags in default_flags.items():
+            cases.append(_config_kwargs(_with(flags, values, role)))
+            names.append((name, role, False))
+    env = {"VLLM_TARGET_DEVICE": "cpu", "VLLM_LOGGING_LEVEL": "ERROR", "PATH": "/usr/bin:/bin"}
+    done = subprocess.run(
+        [str(python), "-c", CONFIG_CHECK], input=json.dumps(cases), capture_output=True, text=True, env=env, timeout=300
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    results = json.loads(done.stdout.strip().splitlines()[-1])
+    for (name, role, good), error in zip(names, results, strict=True):
+        if good:
+            assert error is None, (name, role, error)
+    for name in CONFIG_CASES:
+        assert any(error for (n, _, good), error in zip(names, results, strict=True) if n == name), name

@@ -183,7 +183,15 @@ false). */ -}}
 {{- $other := get $negatives $k }}
 {{- if and (kindIs "bool" $v) $other (not (hasKey $given $other)) }}{{ $_ := set $flags $other (not $v) }}{{ end }}
 {{- end }}
-{{- $context := dict "root" $ "role" $role "flags" $flags "kvRole" (get $kvRoles $role | default "") }}
+{{- /* The role's env as its start script sets it (mooncake-pd.script.render): engine.env under
+<role>.env, under the family's section env and roleEnv where the profile reads them. */ -}}
+{{- $env := include "mooncake-pd.util.overlay" (dict "base" $.Values.engine.env "over" (index $.Values $role).env) | fromJson }}
+{{- if $profile.settingsEnv }}
+{{- $settings := include "mooncake-pd.profile.settings" $ | fromJson }}
+{{- $env = include "mooncake-pd.util.overlay" (dict "base" $settings.env "over" $env) | fromJson }}
+{{- $env = include "mooncake-pd.util.overlay" (dict "base" $env "over" (get ($settings.roleEnv | default dict) $role)) | fromJson }}
+{{- end }}
+{{- $context := dict "root" $ "role" $role "flags" $flags "env" $env "kvRole" (get $kvRoles $role | default "") }}
 {{- range $rule := $rules }}
 {{- if and (hasKey $rule.versions $engine.version) (or (not $rule.ascend) $ascend) }}
 {{- $applies := true }}
@@ -219,7 +227,16 @@ itself; unset ones take .defaults' value where it has one. (dict "root" $ "role"
 {{- define "mooncake-pd.validate.engineRuleOperand" -}}
 {{- $operand := .operand -}}
 {{- $found := dict "set" true "value" $operand -}}
-{{- if and (kindIs "string" $operand) (or (hasPrefix "args." $operand) (hasPrefix "values." $operand)) -}}
+{{- if and (kindIs "string" $operand) (hasPrefix "env." $operand) -}}
+{{- $name := trimPrefix "env." $operand -}}
+{{- if and (hasKey .env $name) (not (kindIs "invalid" (get .env $name))) -}}
+{{- $found = dict "set" true "value" (toString (get .env $name)) -}}
+{{- else if hasKey (.defaults | default dict) $operand -}}
+{{- $found = dict "set" true "value" (get .defaults $operand) -}}
+{{- else -}}
+{{- $found = dict "set" false -}}
+{{- end -}}
+{{- else if and (kindIs "string" $operand) (or (hasPrefix "args." $operand) (hasPrefix "values." $operand)) -}}
 {{- $fromArgs := hasPrefix "args." $operand -}}
 {{- $current := ternary .flags .root.Values $fromArgs -}}
 {{- $set := true -}}
@@ -295,6 +312,15 @@ it), values.<path> as itself. (dict "root" $ "role" "decode" "operand" "args.max
 {{- end -}}
 {{- end -}}
 {{- printf "%s.%s" (default (printf "%s.args" .role) $where) (join "." $path) -}}
+{{- else if hasPrefix "env." .operand -}}
+{{- $name := trimPrefix "env." .operand -}}
+{{- $family := (include "mooncake-pd.profile" .root | fromJson).family -}}
+{{- $settings := get .root.Values.accelerator $family | default dict -}}
+{{- $where := printf "accelerator.%s.env" $family -}}
+{{- if hasKey ((index .root.Values .role).env | default dict) $name }}{{ $where = printf "%s.env" .role }}
+{{- else if hasKey (get ($settings.roleEnv | default dict) .role | default dict) $name }}{{ $where = printf "accelerator.%s.roleEnv.%s" $family .role }}
+{{- else if hasKey (.root.Values.engine.env | default dict) $name }}{{ $where = "engine.env" }}{{ end -}}
+{{- printf "%s.%s" $where $name -}}
 {{- else -}}
 {{- replace "<role>" .role (trimPrefix "values." .operand) -}}
 {{- end -}}
