@@ -32,6 +32,8 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
+from mooncake_pd.errors import MooncakePdError
+
 Resources = dict[str, Decimal]
 # How many serving groups `groups_that_fit` tries at most: a group that requests nothing the
 # nodes count would otherwise fit without end.
@@ -48,8 +50,8 @@ _SUFFIXES = {
 _QUANTITY = re.compile(r"^([+-]?(?:\d+\.?\d*|\.\d+))(?:([eE][+-]?\d+)|(Ki|Mi|Gi|Ti|Pi|Ei|n|u|m|k|M|G|T|P|E)?)$")
 
 
-class QuantityError(ValueError):
-    pass
+class QuantityError(MooncakePdError, ValueError):
+    """A resource quantity in the values or on the cluster that is not a Kubernetes quantity."""
 
 
 def quantity(value: object) -> Decimal:

@@ -38,7 +38,7 @@ from typing import Any, Protocol
 
 from mooncake_pd import clusterfit, manifests, paths, profiles
 from mooncake_pd.engines import PodIdentity
-from mooncake_pd.errors import MooncakePdError
+from mooncake_pd.errors import FAILED, MooncakePdError
 
 KTHENA_VERSION_ANNOTATION = "mooncake-pd/kthena-version"
 MODELSERVING_CRD = "modelservings.workload.serving.volcano.sh"
@@ -88,8 +88,11 @@ class PreflightError(MooncakePdError):
     """No cluster, or the cluster cannot be asked at all (exit 2)."""
 
 
-class Forbidden(Exception):
-    """The user may not read what a check needs (HTTP 403)."""
+class Forbidden(MooncakePdError):
+    """The user may not read what a check needs (HTTP 403). The checks turn it into an `RBAC:`
+    finding; one that escaped them would be a failed check."""
+
+    exit_code = FAILED
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import NoReturn
 
-from mooncake_pd import cli, header, paths, values_file
+from mooncake_pd import cli, estimate_options, header, paths, values_file
 from mooncake_pd import generate as gen
 from mooncake_pd import model as modelmod
 from mooncake_pd.commands import SUMMARIES
@@ -166,33 +166,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     generate.set_defaults(func=run)
 
 
-def add_estimate_options(parser: argparse.ArgumentParser, *, recorded: str = "") -> None:
-    """The estimate's inputs for an architecture it does not know (also update's)."""
-    parser.add_argument(
-        "--architecture",
-        metavar="NAME",
-        help="estimate the model as this known architecture (config.json's architectures[0] otherwise), for one "
-        "the estimate does not know whose config.json has the known one's fields; known: "
-        + ", ".join(modelmod.KNOWN_ARCHITECTURES)
-        + recorded,
-    )
-    parser.add_argument(
-        "--kv-bytes-per-token",
-        type=cli.positive_int,
-        metavar="N",
-        help="KV-cache bytes of one token for the whole model at TP 1 (all layers, all KV heads), split over TP "
-        "on each device, instead of the estimate's; with --weights-gib, for an architecture it does not know"
-        + recorded,
-    )
-    parser.add_argument(
-        "--weights-gib",
-        type=cli.positive_float,
-        metavar="GIB",
-        help="GiB of weights of the whole model as loaded (its checkpoint's size), split over TP on each device, "
-        "instead of the estimate's" + recorded,
-    )
-
-
 def add_options(generate: argparse.ArgumentParser) -> None:
     """generate's options (also how `update` reads the command a file's header records)."""
     generate.add_argument(
@@ -284,7 +257,7 @@ def add_options(generate: argparse.ArgumentParser) -> None:
         "(by default the engines' preflight derives head_dim from the mounted model)",
     )
     generate.add_argument("--force", action="store_true", help="allow --max-model-len above max_position_embeddings")
-    add_estimate_options(generate)
+    estimate_options.add(generate)
     generate.add_argument(
         "--image", help="engine image as repository:tag (default: the engine version's for the accelerator)"
     )

@@ -10,7 +10,7 @@ from typing import Any
 
 import yaml
 
-from mooncake_pd import cli, commands, header, values_file
+from mooncake_pd import cli, commands, estimate_options, header, values_file
 from mooncake_pd import generate as gen
 from mooncake_pd import model as modelmod
 from mooncake_pd.commands import SUMMARIES
@@ -264,5 +264,5 @@ def register(sub: argparse._SubParsersAction) -> None:
         default=None,
         help="allow maxModelLen above max_position_embeddings (default: the recorded choice)",
     )
-    commands.load("generate").add_estimate_options(update, recorded=" (default: the recorded one)")
+    estimate_options.add(update, recorded=" (default: the recorded one)")
     update.set_defaults(func=run)
