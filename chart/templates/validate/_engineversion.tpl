@@ -221,9 +221,10 @@ false). */ -}}
 {{- end }}
 
 {{/* One operand of a rule (files/engines/rules.yaml) as JSON {set, value}: args.<flag>[.<key>]
-from .flags, values.<path> (<role> the role) from the values, role, kvRole, or the operand
-itself; unset ones take .defaults' value where it has one. (dict "root" $ "role" "decode"
-"flags" $flags "kvRole" "kv_consumer" "operand" "args.max-num-seqs" "defaults" $map) */}}
+from .flags, env.<NAME> from .env (as text), values.<path> (<role> the role) from the values,
+role, kvRole, or the operand itself; unset ones take .defaults' value where it has one.
+(dict "root" $ "role" "decode" "flags" $flags "env" $env "kvRole" "kv_consumer" "operand"
+"args.max-num-seqs" "defaults" $map) */}}
 {{- define "mooncake-pd.validate.engineRuleOperand" -}}
 {{- $operand := .operand -}}
 {{- $found := dict "set" true "value" $operand -}}
@@ -293,7 +294,8 @@ true
 
 {{/* The values key a rule's operand names: args.<flag>[.<key>] as the key that set it (the
 role's args, else engine.args, else the role's guideArgs; the role's args where the chart set
-it), values.<path> as itself. (dict "root" $ "role" "decode" "operand" "args.max-num-seqs") */}}
+it), env.<NAME> as the env map that set it, values.<path> as itself. (dict "root" $ "role"
+"decode" "operand" "args.max-num-seqs") */}}
 {{- define "mooncake-pd.validate.engineRuleKey" -}}
 {{- if hasPrefix "args." .operand -}}
 {{- $path := splitList "." (trimPrefix "args." .operand) -}}
