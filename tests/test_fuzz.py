@@ -42,8 +42,10 @@ INTERNALS = re.compile(
 )
 # How a refusal names a key: the chart's own rules ("key.path: ..."), or helm's schema errors
 # (helm 4 "at '/key/path'", helm 3 "key.path:" or "(root)").
+# helm's schema errors name the key as a JSON pointer (RFC 6901): a "/" inside a key, as in an
+# annotation's prefix, is written "~1" ('/proxy/podAnnotations/0~10' is the key "0/0").
 NAMES_A_KEY = re.compile(
-    r"the values cannot work:\n  - [\w.\-\[\]/]+|at '/?[\w/\-.]*'|^- [\w.\-]+: |^- \(root\): [\w.\-]+ is required",
+    r"the values cannot work:\n  - [\w.\-\[\]/]+|at '/?[\w/\-.~]*'|^- [\w.\-]+: |^- \(root\): [\w.\-]+ is required",
     re.MULTILINE,
 )
 
