@@ -7,6 +7,9 @@ from __future__ import annotations
 import copy
 import functools
 import json
+import os
+import subprocess
+import sys
 from decimal import Decimal
 from typing import Any
 
@@ -368,3 +371,14 @@ def test_every_kind_the_chart_renders_has_a_dry_run_rule_in_the_documented_rbac(
         resource = kind.lower()[:-1] + "ies" if kind.endswith("y") else kind.lower() + "s"
         assert (group, resource, "patch") in allowed and (group, resource, "create") in allowed, (group, resource)
     assert ("", "pods", "patch") in allowed
+
+
+def test_without_a_cluster_preflight_exits_2_and_says_so(tmp_path):
+    """No kubeconfig and not in a pod: the kubeconfig loading verify shares (mooncake_pd.kubeconfig)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KUBERNETES_")}
+    env["KUBECONFIG"] = str(tmp_path / "missing")
+    env["HOME"] = str(tmp_path)
+    argv = [sys.executable, "-m", "mooncake_pd", "preflight", "--release", "deepseek-pd", "-n", "llm"]
+    proc = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=paths.REPO, check=False)
+    assert proc.returncode == 2, proc.stderr
+    assert "no cluster: no kubeconfig (KUBECONFIG or ~/.kube/config) and not in a pod" in proc.stderr

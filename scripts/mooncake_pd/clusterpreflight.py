@@ -36,7 +36,7 @@ from dataclasses import asdict, dataclass, field
 from decimal import Decimal
 from typing import Any, Protocol
 
-from mooncake_pd import clusterfit, manifests, paths, profiles
+from mooncake_pd import clusterfit, kubeconfig, manifests, paths, profiles
 from mooncake_pd.engines import PodIdentity
 from mooncake_pd.errors import FAILED, MooncakePdError
 
@@ -634,19 +634,10 @@ class KubeApi:
     def __init__(self, context: str | None = None) -> None:
         import tempfile
 
-        from kubernetes import client, config
-        from kubernetes.config.config_exception import ConfigException
+        from kubernetes import client
         from kubernetes.dynamic import DynamicClient
 
-        try:
-            config.load_kube_config(context=context)
-        except (ConfigException, FileNotFoundError, TypeError):
-            try:
-                config.load_incluster_config()
-            except ConfigException:
-                raise PreflightError(
-                    "no cluster: no kubeconfig (KUBECONFIG or ~/.kube/config) and not in a pod"
-                ) from None
+        kubeconfig.load(context, PreflightError)
         self._cache = tempfile.TemporaryDirectory(prefix="mooncake-pd-preflight-")
         try:
             self._dynamic = DynamicClient(client.ApiClient(), cache_file=f"{self._cache.name}/discovery.json")

@@ -32,7 +32,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from mooncake_pd import chartfiles, profiles
+from mooncake_pd import chartfiles, kubeconfig, profiles
 from mooncake_pd.engines import KTHENA as LABEL
 from mooncake_pd.errors import MooncakePdError
 
@@ -329,16 +329,9 @@ def _generation_check(decode: Markers, role: str) -> Check:
 
 def load_clients(context: str | None = None) -> tuple[Any, Any]:
     """CoreV1Api and CustomObjectsApi from the kubeconfig (or in-cluster); VerifyError without one."""
-    from kubernetes import client, config
-    from kubernetes.config.config_exception import ConfigException
+    from kubernetes import client
 
-    try:
-        config.load_kube_config(context=context)
-    except (ConfigException, FileNotFoundError, TypeError):
-        try:
-            config.load_incluster_config()
-        except ConfigException:
-            raise VerifyError("no cluster: no kubeconfig (KUBECONFIG or ~/.kube/config) and not in a pod") from None
+    kubeconfig.load(context, VerifyError)
     return client.CoreV1Api(), client.CustomObjectsApi()
 
 
