@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from mooncake_pd import header, paths
+from mooncake_pd import header, paths, values_file
 from mooncake_pd.cli import main
 
 MODELS = Path(__file__).parent / "fixtures" / "models"
@@ -346,3 +346,18 @@ def test_update_refuses_a_version_that_does_not_run_the_architecture(
     assert code == 2
     assert "at engine version v0.13.0: not supported: its linear-attention layers need" in err
     assert path.read_text() == text.replace("version: v0.23.0", "version: v0.13.0")
+
+
+def test_check_fails_on_a_file_the_chart_refuses_naming_the_chart_s_reason(tmp_path: Path, capsys):
+    """Issue 40 item 1: up to date with the model, but refused by the chart (here NIXL at vLLM
+    0.13.0 pairing prefill TP 2 with decode TP 1, edited by hand): --check says so and exits 1;
+    the unedited file passes, rendered."""
+    path = tmp_path / "values.yaml"
+    options = ("--model-dir", LLAMA, "--accelerator", "nvidia", "--gpu", "h100", *ONE_GPU)
+    text = generate(capsys, path, *options)
+    code, _, err = run(capsys, "update", path, "--model-dir", LLAMA, "--gpu", "h100", "--check")
+    assert code == 0 and "up to date" in err and "the chart renders it" in err, err
+    path.write_text(values_file.apply(text, {"prefill.parallelism.tensor": 2}))
+    code, _, err = run(capsys, "update", path, "--model-dir", LLAMA, "--gpu", "h100", "--check")
+    assert code == 1, err
+    assert f"{path}: the chart refuses it" in err and "decode.parallelism.tensor" in err, err

@@ -5,12 +5,13 @@ from __future__ import annotations
 import argparse
 import difflib
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from mooncake_pd import cli, commands, estimate_options, header, values_file
+from mooncake_pd import cli, commands, estimate_options, header, helm, paths, values_file
 from mooncake_pd import generate as gen
 from mooncake_pd import model as modelmod
 from mooncake_pd.commands import SUMMARIES
@@ -196,8 +197,19 @@ def run(args: argparse.Namespace) -> int:
             command = header.with_option(command, _option(name), value, takes_value=takes_value)
         if changed:
             wanted = header.with_command(wanted, command)
+    if args.check:
+        refusal = chart_refusal(args, wanted)
+        if refusal:
+            # Up to date with the model is not enough: a file the chart refuses (a parallelism the
+            # connector cannot pair, a guide setting a version drops) fails the check, naming why.
+            print(
+                f"{args.values_file}: the chart refuses it{' once updated' if wanted != text else ''}:\n{refusal}",
+                file=sys.stderr,
+            )
+            return 1
     if wanted == text:
-        print(f"{args.values_file}: up to date with {model.path}", file=sys.stderr)
+        rendered = ", and the chart renders it" if args.check else ""
+        print(f"{args.values_file}: up to date with {model.path}{rendered}", file=sys.stderr)
         return 0
     diff = difflib.unified_diff(
         text.splitlines(keepends=True),
@@ -217,6 +229,20 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def chart_refusal(args: argparse.Namespace, text: str) -> str:
+    """The chart's refusal of the values `text` (helm template with it, as `render` runs it), or
+    "" where it renders."""
+    binary = paths.require_helm(args.helm)
+    with tempfile.TemporaryDirectory(prefix="mooncake-pd-update-") as folder:
+        values = Path(folder) / "values.yaml"
+        values.write_text(text)
+        try:
+            helm.template(binary, [values], chart=paths.chart_dir(args.chart))
+        except helm.HelmError as e:
+            return str(e).replace(str(values), str(args.values_file))
+    return ""
+
+
 def register(sub: argparse._SubParsersAction) -> None:
     update = sub.add_parser(
         "update",
@@ -229,7 +255,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     update.add_argument(
         "--check",
         action="store_true",
-        help="change nothing: print the diff and exit 1 when the file is out of date (for CI)",
+        help="change nothing: exit 1 when the file is out of date (printing the diff) or when the chart refuses "
+        "it as updated (printing the chart's refusal; needs helm, --helm); for CI",
     )
     update.add_argument(
         "--gpu",
