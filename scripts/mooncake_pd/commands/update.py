@@ -197,30 +197,31 @@ def run(args: argparse.Namespace) -> int:
             command = header.with_option(command, _option(name), value, takes_value=takes_value)
         if changed:
             wanted = header.with_command(wanted, command)
-    if args.check:
-        refusal = chart_refusal(args, wanted)
-        if refusal:
-            # Up to date with the model is not enough: a file the chart refuses (a parallelism the
-            # connector cannot pair, a guide setting a version drops) fails the check, naming why.
-            print(
-                f"{args.values_file}: the chart refuses it{' once updated' if wanted != text else ''}:\n{refusal}",
-                file=sys.stderr,
-            )
-            return 1
-    if wanted == text:
-        rendered = ", and the chart renders it" if args.check else ""
-        print(f"{args.values_file}: up to date with {model.path}{rendered}", file=sys.stderr)
-        return 0
-    diff = difflib.unified_diff(
-        text.splitlines(keepends=True),
-        wanted.splitlines(keepends=True),
-        fromfile=str(args.values_file),
-        tofile=f"{args.values_file} (from {model.path})",
+    diff = list(
+        difflib.unified_diff(
+            text.splitlines(keepends=True),
+            wanted.splitlines(keepends=True),
+            fromfile=str(args.values_file),
+            tofile=f"{args.values_file} (from {model.path})",
+        )
     )
     if args.check:
-        sys.stdout.writelines(diff)
-        print(f"{args.values_file}: out of date: run `mooncake-pd update` without --check", file=sys.stderr)
-        return 1
+        # Up to date with the model is not enough: a file the chart refuses (a parallelism the
+        # connector cannot pair, a key the schema does not know) fails the check, naming why.
+        refusal = chart_refusal(args, wanted)
+        if diff:
+            sys.stdout.writelines(diff)
+            print(f"{args.values_file}: out of date: run `mooncake-pd update` without --check", file=sys.stderr)
+        if refusal:
+            updated = " once updated" if diff else ""
+            print(f"{args.values_file}: the chart refuses it{updated}:\n{refusal}", file=sys.stderr)
+        if diff or refusal:
+            return 1
+        print(f"{args.values_file}: up to date with {model.path}, and the chart renders it", file=sys.stderr)
+        return 0
+    if not diff:
+        print(f"{args.values_file}: up to date with {model.path}", file=sys.stderr)
+        return 0
     saved = values_file.write_atomic(args.values_file, wanted, backup=True)
     sys.stdout.writelines(diff)
     print(f"updated {args.values_file} (previous version: {saved})", file=sys.stderr)
