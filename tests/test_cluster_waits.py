@@ -17,7 +17,17 @@ import pytest
 
 from support import kthenarun, waits
 from support.kube.api import ApiError, pod_brief, pods_brief, wait_for
-from support.localpods import Container, NotReady, Proc, Processes, post_json, run_to_end, wait_ready
+from support.localpods import (
+    Container,
+    NotReady,
+    PortTaken,
+    Proc,
+    Processes,
+    assert_port_free,
+    post_json,
+    run_to_end,
+    wait_ready,
+)
 from support.series import Recorder
 
 
@@ -222,6 +232,24 @@ def test_an_answer_that_is_not_json_says_what_came_back(server):
     with pytest.raises(AssertionError, match=r"24 bytes: b'<html>bad gateway</html>'"):
         post_json(f"{base}/v1/completions", {})
     assert post_json(f"{base}/v1/completions", {}) == {"ok": 1}
+
+
+def test_a_server_is_not_started_where_another_already_answers(server, tmp_path: Path):
+    """A process left by another run on the port would answer the new one's readiness probe."""
+    base, _ = server
+    with pytest.raises(PortTaken, match=r"proxy: 127\.0\.0\.1:\d+ is already taken before it starts"):
+        assert_port_free("proxy", f"{base}/health")
+    processes = Processes(tmp_path / "logs", grace=1)
+    container = Container(
+        "proxy", [sys.executable, "-c", "pass"], {"PATH": "/usr/bin:/bin"}, tmp_path, None, f"{base}/health"
+    )
+    try:
+        with pytest.raises(PortTaken):
+            processes.run(container)
+        assert processes.running == []
+    finally:
+        processes.close()
+    assert_port_free("proxy", "http://127.0.0.1:9/health")  # nothing listens there
 
 
 def test_a_phase_settles_in_samples_not_in_seconds(server):

@@ -37,10 +37,12 @@ import os
 import re
 import shutil
 import signal
+import socket
 import stat
 import subprocess
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from dataclasses import dataclass, field
 from functools import cache
@@ -454,6 +456,8 @@ class Processes:
         return proc
 
     def run(self, container: Container, name: str | None = None, nice: int = 10) -> Proc:
+        if container.probe_url:
+            assert_port_free(name or container.name, container.probe_url)
         return self.start(name or container.name, container.argv, container.env, container.cwd, container.user, nice)
 
     def pause(self, proc: Proc) -> None:
@@ -507,6 +511,26 @@ class NotReady(RuntimeError):
 # answer in time; the poll is tried again until wait_ready's bound. (vLLM 0.32.0's decode took
 # 10-16 s to answer /metrics in CI, docs/operations.md; /health is lighter.)
 POLL_TIMEOUT = 5.0
+
+
+class PortTaken(RuntimeError):
+    pass
+
+
+def assert_port_free(name: str, url: str) -> None:
+    """PortTaken where something already accepts connections at `url`'s host and port before
+    `name` starts: otherwise its readiness probe would be answered by that other process (seen
+    2026-12-05: a PD proxy orphaned by a killed run answered the 2P1D run's probe and requests
+    with HTTP 500 while the run's own proxy could not bind)."""
+    parts = urllib.parse.urlsplit(url)
+    host, port = parts.hostname or "127.0.0.1", parts.port or 80
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.settimeout(1.0)
+        if probe.connect_ex((host, port)) == 0:
+            raise PortTaken(
+                f"{name}: {host}:{port} is already taken before it starts: a process left by another run? "
+                f"(`ss -ltnp 'sport = :{port}'` names it; stop it)"
+            )
 
 
 def wait_ready(proc: Proc, url: str, timeout: float) -> float:
