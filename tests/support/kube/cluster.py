@@ -358,13 +358,17 @@ class Cluster:
         for obj in _webhooks(self.ca.read_bytes(), hook_port):
             api.apply(obj)
 
-    def start_router(self, upstreams: list[tuple[str, int]]) -> str:
+    def start_router(self, upstreams: list[tuple[str, int]], cpus: str | None = None) -> str:
         """Kthena v1.0.0's router, as its chart runs it (charts/kthena/charts/networking/templates/
         kthena-router/component/deployment.yaml: --port, --debug-port, its scheduler configuration
         at /etc/config/routerConfiguration.yaml), without its webhook, in a network namespace of
         its own. It reaches the API server and every `upstreams` (address, port) of the engine
         pods at their own loopback addresses through relays; its port 8080 is reached from the
-        host at the URL returned. It discovers the pods itself, from the ModelServers it watches."""
+        host at the URL returned. It discovers the pods itself, from the ModelServers it watches.
+        `cpus`: a taskset CPU list the router alone runs on (Go sizes GOMAXPROCS from it), as
+        scripts/datapath_capacity.py pins it to one core; that script runs its load and stand-in
+        engines inside the router's namespace (its pid: pids["kthena-router"]) with no upstreams,
+        where the pod addresses are local routes and the router reaches them with no relay."""
         kthena = build.components()["kthena"]
         home = (self.folder / "kthena-router").resolve()
         account = home / "serviceaccount"
@@ -394,6 +398,7 @@ class Cluster:
             f"cp {shlex.quote(str(ROUTER_CONFIG))} /etc/config/routerConfiguration.yaml",
         ]
         argv = [
+            *(["taskset", "-c", cpus] if cpus else []),
             str(kthena.binary("kthena-router")),
             "--port", str(ROUTER_PORT), "--debug-port", str(ROUTER_DEBUG_PORT), "--enable-webhook=false",
         ]  # fmt: skip
