@@ -64,14 +64,17 @@ def test_a_step_is_past_saturation_by_latency_failures_or_requests_left_unanswer
     assert step(100, 1.0, requests=95, offered=100).past() == ""
     unsound = capacity.Step(100, latency(2.0, 3.0), latency(1.0, 2.0, requests=50, offered=100))
     assert not unsound.baseline_sound()
+    # A baseline whose P99 shows the harness queueing is not one to subtract from.
+    assert not capacity.Step(100, latency(2.0, 3.0), latency(1.0, 1239.0)).baseline_sound()
+    assert capacity.Step(100, latency(2.0, 3.0), latency(1.0, 4.0)).baseline_sound()
 
 
 def test_saturation_is_where_the_added_p99_crosses_the_limit_between_two_steps():
     found = capacity.saturation([step(100, 2.0), step(400, 20.0), step(200, 5.0)])
     assert found.rate == pytest.approx(200 + 200 * (10 - 5) / (20 - 5), abs=0.1)
     assert (found.last_within, found.first_past) == (200, 400)
-    # A step past by failures is not interpolated: the crossing is at that step.
-    assert capacity.saturation([step(100, 2.0), step(200, 1.0, failed=3)]).rate == 200
+    # A step past by failures is not interpolated: the crossing is no higher than the last within.
+    assert capacity.saturation([step(100, 2.0), step(200, 1.0, failed=3)]).rate == 100
     never = capacity.saturation([step(100, 1.0), step(200, 2.0)])
     assert (never.rate, never.at_least) == (None, 200)
     already = capacity.saturation([step(25, 30.0), step(50, 40.0)])
@@ -93,7 +96,7 @@ def test_the_ceiling_is_where_the_component_stops_keeping_up():
     top = capacity.ceiling(steps)
     assert top.rate == pytest.approx(40 + 40 * (250 - 40) / (3000 - 40), abs=0.1)
     assert "added P50" in top.reason
-    assert capacity.ceiling([queued(10, 5.0), queued(20, 6.0, requests=50, offered=100)]).rate == 20
+    assert capacity.ceiling([queued(10, 5.0), queued(20, 6.0, requests=50, offered=100)]).rate == 10
     # The midpoint towards each crossing, once.
     assert capacity.midpoint(steps, lambda s: s.behind(), [10, 20, 40, 80]) == pytest.approx(56.6)
     assert capacity.midpoint(steps, lambda s: s.behind(), [10, 20, 40, 56.6, 80]) is None

@@ -25,6 +25,9 @@ ACHIEVED_SHARE = 0.9
 # A component whose median request waits this long in it (added P50 TTFT) does not keep up
 # with the offered rate: its queue grows for as long as the load lasts.
 BEHIND_MS = 250.0
+# A baseline (the stand-ins reached straight) slower than this at P99 means the harness itself
+# queues requests (its core is busy, or shared with the machine's other work).
+HARNESS_P99_MS = 50.0
 # A harness (load generator and stand-ins, on their own core) busier than this share of its core
 # queues requests itself: its baseline is no longer the engines' answer alone.
 HARNESS_BUSY = 0.85
@@ -120,8 +123,11 @@ class Step:
         return ""
 
     def baseline_sound(self) -> bool:
-        """The baseline itself kept up (no failures, the offered rate completed)."""
-        return not self.baseline.failed and self.baseline.share >= ACHIEVED_SHARE
+        """The baseline itself kept up: no failures, the offered rate completed, its P99 within
+        HARNESS_P99_MS (past that the harness queues: what is added is no longer measurable)."""
+        return (
+            not self.baseline.failed and self.baseline.share >= ACHIEVED_SHARE and self.baseline.p99 <= HARNESS_P99_MS
+        )
 
 
 @dataclass(frozen=True)
@@ -161,7 +167,9 @@ def _crossing(
     if not above:
         return Saturation(None, last.rate, None, last.rate, None, "no step measured past it above" + note)
     first = above[0]
-    crossing = first.rate
+    # Interpolated where the first rate past it answered what it was offered; else (failures,
+    # requests left unanswered) the highest rate within: the crossing is no higher.
+    crossing = last.rate
     a, b = value(last), value(first)
     if first.through.share >= ACHIEVED_SHARE and not first.through.failed and b > a and not math.isnan(a + b):
         crossing = last.rate + (first.rate - last.rate) * (limit - a) / (b - a)
