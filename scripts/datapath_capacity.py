@@ -93,7 +93,8 @@ PODS_READY_S = 180.0
 PROXY_PORT = 8090
 KTHENA_PORT = 7100
 # A request through a saturated component may queue for seconds; one that takes longer than this
-# counts as failed (the whole request, 32 tokens at 50 ms, takes 1.6 s when nothing queues).
+# counts as failed (the whole request, 32 tokens at 50 ms, takes 1.6 s when nothing queues);
+# --quick waits 10 s.
 REQUEST_TIMEOUT_S = 30.0
 # Closed-loop streams start spread over one request's length, so N streams are not in lock-step.
 SPREAD_S = TOKENS * TPOT
@@ -108,10 +109,24 @@ class Timing:
     step_window: float
     refinements: int
     factor: float  # the saturation search's step between rates
+    step_samples: int = STEP_SAMPLES
+    max_step_window: float = MAX_STEP_WINDOW
+    request_timeout: float = REQUEST_TIMEOUT_S
+    settle: float = 30.0  # the longest wait for a component to go idle after a load
 
 
 FULL = Timing(warmup=1.0, window=6.0, step_window=5.0, refinements=REFINEMENTS, factor=2.0)
-QUICK = Timing(warmup=0.5, window=2.0, step_window=2.0, refinements=0, factor=4.0)
+QUICK = Timing(
+    warmup=0.5,
+    window=2.0,
+    step_window=2.0,
+    refinements=0,
+    factor=4.0,
+    step_samples=30,
+    max_step_window=4.0,
+    request_timeout=10.0,
+    settle=10.0,
+)
 # Closed-loop windows per concurrency: a stream is 1.6 s long, so 1 stream needs the longest
 # window for a few requests; 1,000 fill a short one.
 WINDOWS = {1: 8.0, 10: 6.0, 100: 5.0, 1000: 5.0}
@@ -196,7 +211,7 @@ class Harness:
             *self.place.prefix(), "taskset", "-c", HARNESS_CPU, harness_python(), str(STREAMLOAD), "load",
             "--mode", mode, "--tokens", str(tokens), "--tpot-hint", str(TPOT), "--model", self.model,
             "--duration", str(window), "--warmup", str(warmup), "--drain", "10",
-            "--request-timeout", str(REQUEST_TIMEOUT_S),
+            "--request-timeout", str(self.timing.request_timeout),
         ]  # fmt: skip
         (ph, pp), (dh, dp) = self.prefill, self.decode
         argv += (
@@ -208,7 +223,7 @@ class Harness:
             ["nice", "-n", str(NICE), *argv],
             capture_output=True,
             text=True,
-            timeout=warmup + window + REQUEST_TIMEOUT_S + 30,
+            timeout=warmup + window + self.timing.request_timeout + 30,
             check=False,
         )
         standin = cpu_of(self.standin_pid) - standin0
@@ -375,7 +390,7 @@ def measured_through(harness: Harness, component: Component, **load: Any) -> tup
     before = cpu_of(component.pid)
     result = harness.load("direct", component.url, **load)
     cpu = cpu_of(component.pid) - before
-    settle(component.pid)
+    settle(component.pid, harness.timing.settle)
     done = result["completed_all"] + result["failed_all"]
     extra = {
         "component_cpu_ms_per_request": round(capacity.cpu_ms_per_request(cpu, done), 3),
@@ -435,7 +450,7 @@ def run_saturation(
         if harness_limit is not None and rate >= harness_limit:
             return False
         # Enough requests in a step's window for its P99 to mean something at a low rate.
-        window = max(timing.step_window, min(STEP_SAMPLES / rate, MAX_STEP_WINDOW))
+        window = max(timing.step_window, min(timing.step_samples / rate, timing.max_step_window))
         if rate not in baselines:
             baselines[rate] = harness.load("pd", rate=rate, window=window)
         base = baselines[rate]
@@ -508,7 +523,8 @@ def flat_figures(report: dict[str, Any]) -> dict[str, float]:
         rate = result["rate"] if result["rate"] is not None else result["at_least"]
         figures[f"{name}-saturation-rps"] = _num(rate) if result["below"] is None else 0.0
         top = sat["ceiling"]
-        figures[f"{name}-ceiling-rps"] = _num(top["rate"] if top["rate"] is not None else top["at_least"])
+        rate = top["rate"] if top["rate"] is not None else top["at_least"]
+        figures[f"{name}-ceiling-rps"] = _num(rate) if top["below"] is None else 0.0
         within = [s for s in sat["steps"] if not s["past"]]
         if within:
             top = max(within, key=lambda s: s["rate"])
