@@ -72,6 +72,9 @@ class Cluster:
     ports: dict[str, int] = field(default_factory=dict)
     pids: dict[str, int] = field(default_factory=dict)
     timings: dict[str, float] = field(default_factory=dict)
+    # The Node objects KWOK plays at start-up; None: those of cluster/nodes.yaml (node_objects()).
+    # scripts/scale.py gives a fleet of A3 nodes here.
+    nodes: list[dict[str, Any]] | None = None
 
     @property
     def kubeconfig(self) -> Path:
@@ -274,7 +277,7 @@ class Cluster:
         Lease fresh (so kube-controller-manager's node lifecycle controller keeps them Ready) and
         turns pods bound to them Running and Ready, with the stages of cluster/kwok-stages.yaml."""
         api = self.client()
-        for node in node_objects():
+        for node in node_objects() if self.nodes is None else self.nodes:
             api.apply(node)
         self.start("kwok", [
             str(kwok.binary("kwok")), "--kubeconfig", str(self.kubeconfig),
@@ -558,15 +561,19 @@ NODES = build.CLUSTER / "nodes.yaml"
 PROFILE_LABEL = "mooncake-pd.test/profile"
 
 
-def node_objects(path: Path = NODES) -> list[dict[str, Any]]:
+def node_objects(path: Path = NODES, counts: dict[str, int] | None = None) -> list[dict[str, Any]]:
     """The Node objects of cluster/nodes.yaml, as KWOK manages them (annotation
     kwok.x-k8s.io/node: fake), with the labels kubelet sets, the profile they stand for
-    (label mooncake-pd.test/profile), an InternalIP (10.1.0.N: a host-network pod's address,
-    never bound here) and their capacity as allocatable."""
+    (label mooncake-pd.test/profile), an InternalIP (10.1.0.N, 10.1.1.N past 255: a host-network
+    pod's address, never bound here) and their capacity as allocatable. `counts` (entry name ->
+    count) takes only those entries, that many nodes of each (scripts/scale.py's fleet)."""
     nodes = []
     number = 0
     for entry in yaml.safe_load(path.read_text())["nodes"]:
-        for i in range(int(entry.get("count", 1))):
+        if counts is not None and entry["name"] not in counts:
+            continue
+        count = int(entry.get("count", 1)) if counts is None else counts[entry["name"]]
+        for i in range(count):
             number += 1
             name = f"{entry['name']}-{i}"
             labels = {
@@ -585,7 +592,7 @@ def node_objects(path: Path = NODES) -> list[dict[str, Any]]:
                     "capacity": dict(entry["capacity"]),
                     "allocatable": dict(entry["capacity"]),
                     "addresses": [
-                        {"type": "InternalIP", "address": f"10.1.0.{number}"},
+                        {"type": "InternalIP", "address": f"10.1.{number // 256}.{number % 256}"},
                         {"type": "Hostname", "address": name},
                     ],
                 },
