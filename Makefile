@@ -37,7 +37,7 @@ GATE := not full
 UNIT := not e2e and not cluster
 CHART_VERSION = $(shell sed -n 's/^version: *//p' chart/Chart.yaml)
 
-.PHONY: help tools tools-gate helm render test test-all unit unit-all test-time flake-check drills ttft-split e2e e2e-gate e2e-2p1d e2e-mixed e2e-mooncake e2e-kthena e2e-venv conformance fuzz engines engines-check golden schema docs lint package clean \
+.PHONY: help tools tools-gate helm render test test-all unit unit-all test-time flake-check drills ttft-split scale scale-datapath e2e e2e-gate e2e-2p1d e2e-mixed e2e-mooncake e2e-kthena e2e-venv conformance fuzz engines engines-check golden schema docs lint package clean \
 	cluster-tools cluster-up cluster-down cluster-test
 
 help: ## List the targets.
@@ -155,6 +155,9 @@ drills: $(TEST_STAMP) $(E2E_STAMP) $(MOONCAKE_STAMP) helm cluster-tools ## Fault
 
 ttft-split: $(TEST_STAMP) $(E2E_STAMP) helm cluster-tools ## Where a PD request's time goes (real CPU engines; the PD proxy and Kthena's router): TTFT into router, prefill, KV transfer, decode's first step; TPOT into engine and router (out/ttft-split/).
 	$(PY) scripts/ttft_split.py
+
+scale-datapath: $(TEST_STAMP) $(E2E_STAMP) helm cluster-tools ## What the PD proxy and Kthena's router add to a PD request at 1 to 1,000 streams and where each saturates on one core (stand-in engines; QUICK=1: a short run): out/scale/datapath.{json,png,md}, held against docs/scale-datapath.md.
+	$(PY) scripts/datapath_capacity.py $(if $(QUICK),--quick)
 
 conformance: $(TEST_STAMP) $(E2E_STAMP) $(LATER_STAMP) helm ## Only the runtime-conformance checks, every engine version's: every client container's real command in its image's Python.
 	$(PY) -m pytest -m conformance
