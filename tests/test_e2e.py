@@ -431,9 +431,20 @@ def test_the_kv_canary_fails_where_the_kv_cache_does_not_move_and_the_chat_check
     assert code == 0 and "PASS: HTTP 200" in output, output[-2000:]
     code, output = e2e.stale_canary
     if e2e.version != paths.E2E_FIRST_CPU:
-        # Seen with vLLM 0.32.0: decode handshakes again with the restarted prefill under the old
-        # engine_id and the KV cache moves, so the canary passes, rightly.
-        assert code == 0 and "1 of 1 prefill/decode pairs moved the KV cache" in output, output[-2000:]
+        # vLLM 0.32.0 notices the restarted prefill under the old engine_id and handshakes again
+        # ("Local NIXL metadata for remote engine ... was invalidated; re-handshaking after reads
+        # drain", nixl/base_worker.py ~3673). Seen both ways: the KV cache moves and decode answers
+        # from it, and the canary passes (2026-12-02 to 12-05); or a read still uses the old
+        # process's metadata, decode counts the prompt's tokens as loaded (transfers +1, failed +0)
+        # and answers other text than prefill alone, and the canary fails the pair on the answer
+        # (make test-all, 2026-12-06). Either verdict must be the true one: a pass only with the
+        # answer right, a fail only naming the wrong answer. (The chart gives each start its own
+        # engine_id, so its pods do not meet this case.)
+        if code == 0:
+            assert "1 of 1 prefill/decode pairs moved the KV cache" in output, output[-2000:]
+        else:
+            assert code == 1 and "decode did not answer from the prompt's KV cache" in output, output[-2000:]
+            assert "0 of 1 prefill/decode pairs moved the KV cache" in output, output[-2000:]
         return
     assert code == 1 and "FAIL: deepseek-pd-0-prefill-0 -> deepseek-pd-0-decode-0" in output, output[-2000:]
 
