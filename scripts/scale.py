@@ -117,7 +117,9 @@ AUTOSCALE_S = 420.0
 # Short of capacity: the pods made and the schedulable nodes filled.
 SHORT_S = (120.0, 1.5)
 OUT_EVENTS = [OUT]  # where the rollout's events go (main sets it to --out)
-WATCH_TIMEOUT_S = 15  # one watch request; the watch is made again until stopped
+WATCH_TIMEOUT_S = 15
+# A wait on the watch lists the pods again this often: what a watch may have missed shows.
+RESYNC_S = 30.0  # one watch request; the watch is made again until stopped
 WATCH_REQUEST_S = 60.0
 
 
@@ -339,7 +341,7 @@ class PodWatch:
         while not self.stop.is_set():
             try:
                 self._watch()
-            except (OSError, http.client.HTTPException, ValueError, ApiError) as e:
+            except Exception as e:  # the watch is made again; its last error shows in states()
                 self.error = f"{type(e).__name__}: {brief(e, 200)}"
                 self.stop.wait(1.0)
                 with contextlib.suppress(OSError, ApiError, KeyError):
@@ -380,6 +382,11 @@ class PodWatch:
         finally:
             connection.close()
 
+    def resync(self) -> None:
+        """List the pods again (a pod whose deletion the watch missed is gone after it)."""
+        with contextlib.suppress(OSError, ApiError, KeyError):
+            self._list()
+
     def snapshot(self) -> tuple[list[scale.PodEvent], dict[str, scale.PodEvent]]:
         with self.lock:
             return list(self.events), dict(self.now)
@@ -401,8 +408,19 @@ class PodWatch:
 # -- the release ---------------------------------------------------------------------------------
 
 
+def groups_maximum() -> int:
+    """The most serving groups the chart's schema takes (values.schema.json servingGroups)."""
+    schema = json.loads((paths.CHART / "values.schema.json").read_text())
+    return int(schema["properties"]["servingGroups"]["maximum"])
+
+
 def render(preset: Path, values: dict[str, Any], namespace: str) -> list[dict[str, Any]]:
-    text = helm.template(paths.helm_binary(), (preset,), values, namespace=namespace)
+    """The preset rendered with `values`. Above the schema's servingGroups maximum (100, set by
+    hand, no reason given: docs/scale.md) helm's schema check is skipped (--skip-schema-validation):
+    the fleet's largest release measures what Kthena and the scheduler do with it; the chart's own
+    rules (validate-values.yaml) still run."""
+    skip = ("--skip-schema-validation",) if int(values.get("servingGroups", 1)) > groups_maximum() else ()
+    text = helm.template(paths.helm_binary(), (preset,), values, namespace=namespace, extra_args=skip)
     return [o for o in manifests.parse(text) if o["kind"] not in HOOK_KINDS]
 
 
@@ -414,9 +432,14 @@ def apply_release(api: Client, objects: list[dict[str, Any]], namespace: str) ->
 def delete_release(api: Client, objects: list[dict[str, Any]], namespace: str, pods: int) -> float:
     """Delete the release's objects and wait for its pods to be gone: the seconds it took."""
     began = time.monotonic()
-    for obj in reversed(objects):
-        if obj["kind"] in OWNED_KINDS:
+    # The ModelServing first (the garbage collector then deletes its pods and PodGroups), the
+    # chart's per-replica Services in one request (two a group), then the rest.
+    for obj in sorted(objects, key=lambda o: o["kind"] != "ModelServing"):
+        if obj["kind"] in OWNED_KINDS and obj["kind"] != "Service":
             api.delete(obj, namespace)
+        if obj["kind"] == "ModelServing":
+            selector = f"app.kubernetes.io/instance={RELEASE}"
+            api.request("DELETE", f"/api/v1/namespaces/{namespace}/services", query={"labelSelector": selector})
     last: list[dict[str, Any]] = []
 
     def gone() -> bool:
@@ -481,7 +504,12 @@ def wait_serving(
     """Wait until `count` pods serve (none terminating; with `revision_not`, none of that revision
     either)."""
 
+    listed = [time.monotonic()]
+
     def done() -> bool:
+        if time.monotonic() - listed[0] > RESYNC_S:
+            watch.resync()
+            listed[0] = time.monotonic()
         _, now = watch.snapshot()
         live = [p for p in now.values() if not p.terminating]
         if revision_not and any(p.revision == revision_not for p in now.values()):
@@ -508,10 +536,11 @@ def bringup(
     largest size, the rollout; then the release deleted."""
     groups = nodes // 2
     namespace = f"scale-{groups}"
-    result: dict[str, Any] = {"nodes": nodes, "serving_groups": groups, "pods": 2 * groups}
+    result: dict[str, Any] = {"nodes": nodes, "serving_groups": groups, "pod_count": 2 * groups}
     result["nodes_ready_s"] = grow_nodes(cluster, api, nodes)
     values = {**WHOLE_NODE, **rollout_values(extra, groups), "servingGroups": groups}
     result["max_unavailable"] = values[MAX_UNAVAILABLE]
+    result["schema_skipped"] = groups > groups_maximum()
     objects = render(PRESET, values, namespace)
     origin = time.monotonic()
     with PodWatch(api, namespace, lambda: time.monotonic() - origin) as watch:
@@ -911,7 +940,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help=f"small sizes ({', '.join(map(str, QUICK_SIZES))} nodes)")
     parser.add_argument("--sizes", help="node counts, comma-separated (even; the last is the rollout's and short's)")
     parser.add_argument(
-        "--max-unavailable", default="10%", help="the rollout's maxUnavailable (groups or a percentage)"
+        "--max-unavailable", default="20%", help="the rollout's maxUnavailable (groups or a percentage)"
     )
     parser.add_argument("--skip", action="append", default=[], choices=("rollout", "autoscale", "short"))
     parser.add_argument(
