@@ -156,6 +156,9 @@ drills: $(TEST_STAMP) $(E2E_STAMP) $(MOONCAKE_STAMP) helm cluster-tools ## Fault
 ttft-split: $(TEST_STAMP) $(E2E_STAMP) helm cluster-tools ## Where a PD request's time goes (real CPU engines; the PD proxy and Kthena's router): TTFT into router, prefill, KV transfer, decode's first step; TPOT into engine and router (out/ttft-split/).
 	$(PY) scripts/ttft_split.py
 
+scale: $(TEST_STAMP) helm cluster-tools ## A fleet on the local cluster (KWOK A3 nodes 50-400, 25-200 serving groups): bring-up, a rollout, decode autoscaled 1-32-1, short of capacity; out/scale/, held against docs/scale.md (QUICK=1: 10-80 nodes).
+	$(PY) scripts/scale.py $(if $(QUICK),--quick)
+
 scale-datapath: $(TEST_STAMP) $(E2E_STAMP) helm cluster-tools ## What the PD proxy and Kthena's router add to a PD request at 1 to 1,000 streams and where each saturates on one core (stand-in engines; QUICK=1: a short run): out/scale/datapath.{json,png,md}, held against docs/scale-datapath.md.
 	$(PY) scripts/datapath_capacity.py $(if $(QUICK),--quick)
 
