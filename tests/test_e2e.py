@@ -408,7 +408,15 @@ def test_pd_output_equals_one_plain_engine_and_decode_used_the_transferred_cache
 def test_other_prefill_weights_change_decode_output(e2e: Run):
     """Negative control: the same check fails when the KV cache decode uses comes from other
     weights; and the restarted prefill's KV cache did reach decode (a new engine_id per start)."""
-    assert len(e2e.negative) == 1 and "outputs differ" in e2e.negative[0], e2e.negative
+    differ = [problem for problem in e2e.negative if "outputs differ" in problem]
+    assert len(differ) == 1, e2e.negative
+    # Decode meets the restarted prefill anew, and vLLM 0.32.0 may count failed tries of that
+    # handshake on the way (5 s for its reply, nixl/base_worker.py _nixl_handshake; "rose by 2"
+    # in a run on a busy machine, 2026-12-06, with 10 of 10 outputs differing: the KV cache of
+    # the other weights reached decode every time, or decode would have answered as the plain
+    # engine). Those counts are all the judge may add; any other problem fails the control.
+    others = [problem for problem in e2e.negative if problem not in differ]
+    assert all(p.startswith("vllm:nixl_num_failed_transfers_total rose by") for p in others), e2e.negative
 
 
 def test_a_wrong_side_channel_breaks_the_transfer(e2e: Run):
