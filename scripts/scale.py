@@ -830,6 +830,24 @@ def figures(report: dict[str, Any]) -> dict[str, float | None]:
     return found
 
 
+def _label(ax: Any, xlabel: str, ylabel: str, title: str, legend: int | None = None) -> None:
+    """One plot's labels, title, legend (at that font size) and grid."""
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    if legend:
+        ax.legend(fontsize=legend)
+    ax.grid(alpha=0.3)
+
+
+def _save(plt: Any, fig: Any, out: Path, name: str) -> str:
+    """Write the figure to out/name and close it; returns the name."""
+    fig.tight_layout()
+    fig.savefig(out / name, dpi=110)
+    plt.close(fig)
+    return name
+
+
 def plots(report: dict[str, Any], out: Path) -> list[str]:
     """The PNGs of the report (matplotlib, pinned in requirements-test.txt)."""
     import matplotlib
@@ -850,23 +868,14 @@ def plots(report: dict[str, Any], out: Path) -> list[str]:
             xs = [min(n) + (max(n) - min(n)) * i / 50 for i in range(51)]
             left.plot(xs, [fitted["coefficient"] * x ** fitted["exponent"] for x in xs], ":", color="grey",
                       label=f"fit: {fitted['coefficient']:.2f} N^{fitted['exponent']:.2f}")  # fmt: skip
-        left.set_xlabel("serving groups (2 whole-node pods each)")
-        left.set_ylabel("seconds from the apply to Running")
-        left.set_title("Bring-up")
-        left.legend(fontsize=8)
-        left.grid(alpha=0.3)
+        _label(
+            left, "serving groups (2 whole-node pods each)", "seconds from the apply to Running", "Bring-up", legend=8
+        )
         for s in sizes:
             times = s["pod_seconds"]
             right.plot(times, [(i + 1) / len(times) for i in range(len(times))], label=f"{s['serving_groups']} groups")
-        right.set_xlabel("seconds from the apply")
-        right.set_ylabel("fraction of pods Running")
-        right.set_title("Pods Running over time")
-        right.legend(fontsize=8)
-        right.grid(alpha=0.3)
-        fig.tight_layout()
-        fig.savefig(out / "bringup.png", dpi=110)
-        plt.close(fig)
-        written.append("bringup.png")
+        _label(right, "seconds from the apply", "fraction of pods Running", "Pods Running over time", legend=8)
+        written.append(_save(plt, fig, out, "bringup.png"))
 
         fig, (cpu, req) = plt.subplots(1, 2, figsize=(11, 4.2))
         for component in (
@@ -878,20 +887,10 @@ def plots(report: dict[str, Any], out: Path) -> list[str]:
             "kube-controller-manager",
         ):
             cpu.plot(n, [s["cost"]["cpu_s"].get(component, 0) for s in sizes], "o-", label=component)
-        cpu.set_xlabel("serving groups")
-        cpu.set_ylabel("CPU seconds during the bring-up")
-        cpu.set_title("CPU per component")
-        cpu.legend(fontsize=7)
-        cpu.grid(alpha=0.3)
+        _label(cpu, "serving groups", "CPU seconds during the bring-up", "CPU per component", legend=7)
         req.plot(n, [s["cost"].get("apiserver_requests", {}).get("total", 0) for s in sizes], "o-")
-        req.set_xlabel("serving groups")
-        req.set_ylabel("kube-apiserver requests")
-        req.set_title("API requests during the bring-up")
-        req.grid(alpha=0.3)
-        fig.tight_layout()
-        fig.savefig(out / "cost.png", dpi=110)
-        plt.close(fig)
-        written.append("cost.png")
+        _label(req, "serving groups", "kube-apiserver requests", "API requests during the bring-up")
+        written.append(_save(plt, fig, out, "cost.png"))
 
         rolled = sizes[-1].get("rollout")
         if rolled and rolled.get("down_series"):
@@ -899,15 +898,14 @@ def plots(report: dict[str, Any], out: Path) -> list[str]:
             ts, downs = zip(*rolled["down_series"], strict=True)
             ax.step(ts, downs, where="post", label="groups down")
             ax.axhline(rolled["max_unavailable_groups"], color="red", linestyle="--", label="maxUnavailable")
-            ax.set_xlabel("seconds from the apply of the change")
-            ax.set_ylabel("serving groups down")
-            ax.set_title(f"Rollout of {sizes[-1]['serving_groups']} groups")
-            ax.legend(fontsize=8)
-            ax.grid(alpha=0.3)
-            fig.tight_layout()
-            fig.savefig(out / "rollout.png", dpi=110)
-            plt.close(fig)
-            written.append("rollout.png")
+            _label(
+                ax,
+                "seconds from the apply of the change",
+                "serving groups down",
+                f"Rollout of {sizes[-1]['serving_groups']} groups",
+                legend=8,
+            )
+            written.append(_save(plt, fig, out, "rollout.png"))
     auto = report.get("autoscale")
     if auto and auto.get("observed"):
         fig, ax = plt.subplots(figsize=(8, 3.6))
@@ -916,15 +914,8 @@ def plots(report: dict[str, Any], out: Path) -> list[str]:
         ax.step(t, p, where="post", label="prefill replicas written")
         ax.plot(t, ds, ":", label="decode pods serving")
         ax.plot(t, ps, ":", label="prefill pods serving")
-        ax.set_xlabel("seconds from the apply")
-        ax.set_ylabel("replicas")
-        ax.set_title("Autoscaling decode 1 -> 32 -> 1")
-        ax.legend(fontsize=8)
-        ax.grid(alpha=0.3)
-        fig.tight_layout()
-        fig.savefig(out / "autoscale.png", dpi=110)
-        plt.close(fig)
-        written.append("autoscale.png")
+        _label(ax, "seconds from the apply", "replicas", "Autoscaling decode 1 -> 32 -> 1", legend=8)
+        written.append(_save(plt, fig, out, "autoscale.png"))
     return written
 
 
