@@ -408,19 +408,9 @@ class PodWatch:
 # -- the release ---------------------------------------------------------------------------------
 
 
-def groups_maximum() -> int:
-    """The most serving groups the chart's schema takes (values.schema.json servingGroups)."""
-    schema = json.loads((paths.CHART / "values.schema.json").read_text())
-    return int(schema["properties"]["servingGroups"]["maximum"])
-
-
 def render(preset: Path, values: dict[str, Any], namespace: str) -> list[dict[str, Any]]:
-    """The preset rendered with `values`. Above the schema's servingGroups maximum (100, set by
-    hand, no reason given: docs/scale.md) helm's schema check is skipped (--skip-schema-validation):
-    the fleet's largest release measures what Kthena and the scheduler do with it; the chart's own
-    rules (validate-values.yaml) still run."""
-    skip = ("--skip-schema-validation",) if int(values.get("servingGroups", 1)) > groups_maximum() else ()
-    text = helm.template(paths.helm_binary(), (preset,), values, namespace=namespace, extra_args=skip)
+    """The preset rendered with `values`, the helm hooks left out (the cluster runs no engine)."""
+    text = helm.template(paths.helm_binary(), (preset,), values, namespace=namespace)
     return [o for o in manifests.parse(text) if o["kind"] not in HOOK_KINDS]
 
 
@@ -540,7 +530,6 @@ def bringup(
     result["nodes_ready_s"] = grow_nodes(cluster, api, nodes)
     values = {**WHOLE_NODE, **rollout_values(extra, groups), "servingGroups": groups}
     result["max_unavailable"] = values[MAX_UNAVAILABLE]
-    result["schema_skipped"] = groups > groups_maximum()
     objects = render(PRESET, values, namespace)
     origin = time.monotonic()
     with PodWatch(api, namespace, lambda: time.monotonic() - origin) as watch:
