@@ -60,6 +60,7 @@ sys.path[:0] = [str(REPO / "tests"), str(REPO / "scripts")]
 
 from mooncake_pd import capacity, helm, manifests, paths  # noqa: E402
 from support.localpods import E2E_VENV, Network, Processes, prepare, traversable_by_others  # noqa: E402
+from support.procstat import cpu_seconds, status_kib  # noqa: E402
 from support.proxyargs import parse_proxy_args  # noqa: E402
 
 STREAMLOAD = REPO / "tests" / "support" / "streamload.py"
@@ -133,21 +134,14 @@ WINDOWS = {1: 8.0, 10: 6.0, 100: 5.0, 1000: 5.0}
 QUICK_WINDOWS = {1: 4.0, 10: 3.0, 100: 2.0, 1000: 2.0}
 
 
-def cpu_of(pid: int) -> float:
-    """User plus system CPU seconds of process `pid` (all its threads)."""
-    text = Path(f"/proc/{pid}/stat").read_text()
-    fields = text[text.rindex(")") + 2 :].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 def memory_of(pid: int) -> dict[str, float]:
-    """RSS now and at its peak, MiB."""
-    found = {}
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        key, _, value = line.partition(":")
-        if key in ("VmRSS", "VmHWM"):
-            found[key] = int(value.split()[0]) / 1024
-    return {"rss_mib": round(found.get("VmRSS", math.nan), 1), "peak_rss_mib": round(found.get("VmHWM", math.nan), 1)}
+    """RSS now and at its peak, MiB (nan where /proc does not say)."""
+
+    def mib(key: str) -> float:
+        kib = status_kib(pid, key)
+        return math.nan if kib is None else round(kib / 1024, 1)
+
+    return {"rss_mib": mib("VmRSS"), "peak_rss_mib": mib("VmHWM")}
 
 
 def harness_python() -> str:
@@ -218,7 +212,7 @@ class Harness:
             ["--url", url] if mode == "direct" else ["--prefill", f"http://{ph}:{pp}", "--decode", f"http://{dh}:{dp}"]
         )
         argv += ["--concurrency", str(concurrency)] if concurrency else ["--rate", str(rate)]
-        standin0 = cpu_of(self.standin_pid)
+        standin0 = cpu_seconds(self.standin_pid)
         done = subprocess.run(
             ["nice", "-n", str(NICE), *argv],
             capture_output=True,
@@ -226,7 +220,7 @@ class Harness:
             timeout=warmup + window + self.timing.request_timeout + 30,
             check=False,
         )
-        standin = cpu_of(self.standin_pid) - standin0
+        standin = cpu_seconds(self.standin_pid) - standin0
         if done.returncode != 0:
             raise RuntimeError(f"load generator failed ({done.returncode}): {done.stderr[-2000:]}")
         result: dict[str, Any] = json.loads(done.stdout)
@@ -380,16 +374,16 @@ def settle(pid: int, timeout: float = 30.0) -> None:
     working off the last load does not share the core with the next."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        before = cpu_of(pid)
+        before = cpu_seconds(pid)
         time.sleep(0.5)
-        if cpu_of(pid) - before < 0.025:
+        if cpu_seconds(pid) - before < 0.025:
             return
 
 
 def measured_through(harness: Harness, component: Component, **load: Any) -> tuple[dict[str, Any], dict[str, Any]]:
-    before = cpu_of(component.pid)
+    before = cpu_seconds(component.pid)
     result = harness.load("direct", component.url, **load)
-    cpu = cpu_of(component.pid) - before
+    cpu = cpu_seconds(component.pid) - before
     settle(component.pid, harness.timing.settle)
     done = result["completed_all"] + result["failed_all"]
     extra = {

@@ -55,6 +55,7 @@ from support import teardown  # noqa: E402
 from support.kube import build  # noqa: E402
 from support.kube.api import ApiError, Client, pods_brief, wait_for  # noqa: E402
 from support.kube.cluster import Cluster, apply_all, node_objects  # noqa: E402
+from support.procstat import cpu_seconds, find_process, reset_peak, status_kib  # noqa: E402
 from support.waits import brief  # noqa: E402
 
 OUT = REPO / "out" / "scale"
@@ -138,68 +139,6 @@ def bound(part: tuple[float, float], count: int) -> float:
     return part[0] + part[1] * count
 
 
-# -- processes -----------------------------------------------------------------------------------
-
-
-def _children() -> dict[int, list[int]]:
-    found: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            stat = Path(f"/proc/{entry}/stat").read_text()
-        except OSError:
-            continue
-        ppid = int(stat.rsplit(")", 1)[1].split()[1])
-        found.setdefault(ppid, []).append(int(entry))
-    return found
-
-
-def descendants(pid: int) -> list[int]:
-    """`pid` and every process below it."""
-    children, found, todo = _children(), [], [pid]
-    while todo:
-        p = todo.pop()
-        found.append(p)
-        todo.extend(children.get(p, []))
-    return found
-
-
-def argv0(pid: int) -> str:
-    try:
-        return Path(Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0].decode()).name
-    except OSError:
-        return ""
-
-
-def find_process(root: int, name: str) -> int | None:
-    """The process running binary `name` at or below `root` (Kthena's controller runs inside
-    an unshare and sh wrapper, cluster.isolated)."""
-    return next((p for p in descendants(root) if argv0(p) == name), None)
-
-
-def cpu_seconds(pid: int) -> float:
-    """User and system CPU seconds of `pid` so far (/proc/<pid>/stat utime + stime)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def status_kib(pid: int, key: str) -> int:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith(key + ":"):
-            return int(line.split()[1])
-    return 0
-
-
-def reset_peak(pid: int) -> bool:
-    """Reset VmHWM (the peak resident set) of `pid` (clear_refs 5); False where not allowed."""
-    try:
-        Path(f"/proc/{pid}/clear_refs").write_text("5")
-    except OSError:
-        return False
-    return True
-
-
 class Meter:
     """What a phase costs: each component's CPU seconds, Kthena's controller peak RSS (VmHWM
     reset at the start where the kernel lets us, and VmRSS sampled every second), and
@@ -232,7 +171,7 @@ class Meter:
         def sample() -> None:
             while not stop.wait(1.0):
                 with contextlib.suppress(OSError):
-                    peak["rss"] = max(peak["rss"], status_kib(self.controller or 0, "VmRSS"))
+                    peak["rss"] = max(peak["rss"], (status_kib(self.controller or 0, "VmRSS") or 0))
 
         sampler = threading.Thread(target=sample, daemon=True)
         sampler.start()
@@ -248,7 +187,7 @@ class Meter:
             if self.controller:
                 with contextlib.suppress(OSError):
                     into["controller_peak_rss_mib"] = round(
-                        max(peak["rss"], status_kib(self.controller, "VmHWM") if reset else 0) / 1024, 1
+                        max(peak["rss"], (status_kib(self.controller, "VmHWM") or 0) if reset else 0) / 1024, 1
                     )
                     into["controller_peak_rss_since"] = "phase" if reset else "samples every second"
             with contextlib.suppress(ApiError, OSError):
