@@ -17,6 +17,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from mooncake_pd import scale
+
 # Where a component saturates: its added P99 TTFT passes this (issue 41).
 SATURATION_MS = 10.0
 # An open-loop step whose completed requests fall short of this share of those offered, or that
@@ -34,15 +36,10 @@ HARNESS_BUSY = 0.85
 
 
 def percentile(values: Sequence[float], q: float) -> float:
-    """The q-th percentile (0-100) of `values`, linear between the closest ranks (numpy's default);
-    nan for no values."""
-    if not values:
-        return math.nan
-    ordered = sorted(values)
-    rank = (len(ordered) - 1) * q / 100.0
-    low = math.floor(rank)
-    high = min(low + 1, len(ordered) - 1)
-    return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
+    """The q-th percentile (0-100) of `values` as scale.percentile computes it (linear between the
+    closest ranks, numpy's default); nan for no values, so that a step without answers is a figure
+    no bound holds for rather than an error."""
+    return scale.percentile(values, q) if values else math.nan
 
 
 @dataclass(frozen=True)
