@@ -194,6 +194,15 @@ def _run(result: Mixed, run: LocalRun) -> None:
         processes.resume(proc)
 
 
+def _decode(decode_url: str, prompt: str, first: dict[str, Any], timeout: float) -> dict[str, Any]:
+    """The proxy's second request: `prompt` to decode with prefill's answer `first`'s KV parameters."""
+    body = {"model": "tiny", "prompt": prompt, "temperature": 0, "max_tokens": MAX_TOKENS}
+    answer: dict[str, Any] = post_json(
+        f"{decode_url}/v1/completions", {**body, "kv_transfer_params": first["kv_transfer_params"]}, timeout=timeout
+    )
+    return answer
+
+
 def _warm(prefill_url: str, decode_url: str, prompt: str) -> list[str]:
     """One request through a same-version pair until decode answers it (at most WARM_TRIES): the
     handshake happens here. Returns the failed tries' errors; the last try's failure is the pair's
@@ -201,13 +210,7 @@ def _warm(prefill_url: str, decode_url: str, prompt: str) -> list[str]:
     failed: list[str] = []
     for _ in range(WARM_TRIES):
         try:
-            first = ask_prefill(prefill_url, prompt)
-            body = {"model": "tiny", "prompt": prompt, "temperature": 0, "max_tokens": MAX_TOKENS}
-            post_json(
-                f"{decode_url}/v1/completions",
-                {**body, "kv_transfer_params": first["kv_transfer_params"]},
-                timeout=CONTROL_TIMEOUT,
-            )
+            _decode(decode_url, prompt, ask_prefill(prefill_url, prompt), CONTROL_TIMEOUT)
             return failed
         except Exception as e:  # the handshake's timeout shows as an HTTP 500 from decode
             failed.append(f"{type(e).__name__}: {e}")
@@ -233,16 +236,16 @@ def _pair(prefill: str, decode: str, urls, reference: list[str], running, prompt
     before = get_text(decode_metrics)
     prompt_tokens = 0
     for prompt in prompts:
-        body = {"model": "tiny", "prompt": prompt, "temperature": 0}
         try:
             asked = time.monotonic()
             first = ask_prefill(prefill_url, prompt)
             prompt_tokens += first["usage"]["prompt_tokens"]
             prefilled = time.monotonic()
-            answer = post_json(
-                f"{decode_url}/v1/completions",
-                {**body, "max_tokens": MAX_TOKENS, "kv_transfer_params": first["kv_transfer_params"]},
-                timeout=CONTROL_TIMEOUT if prefill == decode or DECODE_DIES[decode] else DECODE_TIMEOUT,
+            answer = _decode(
+                decode_url,
+                prompt,
+                first,
+                CONTROL_TIMEOUT if prefill == decode or DECODE_DIES[decode] else DECODE_TIMEOUT,
             )
             pair.outputs.append(answer["choices"][0]["text"])
             pair.seconds.append((round(prefilled - asked, 2), round(time.monotonic() - prefilled, 2)))
