@@ -23,6 +23,7 @@ the same text.
 {{- $resources := include "mooncake-pd.resources.engine" . | fromJson -}}
 {{- $hostNetwork := include "mooncake-pd.security.hostNetwork" $root -}}
 {{- $rdma := include "mooncake-pd.profile.rdma" $root | fromJson -}}
+{{- $restartQuiet := gt (int (include "mooncake-pd.script.restartQuietSeconds" .)) 0 -}}
 metadata:
   labels:
     {{- include "mooncake-pd.labels.pod" (dict "root" $root "component" $role "own" $v.podLabels) | nindent 4 }}
@@ -99,6 +100,11 @@ spec:
           fieldPath: status.hostIP
     - name: MODEL_LOCATION
       value: {{ $root.Values.model.path | toJson }}
+    {{- if $restartQuiet }}
+    # The start script's restart marker (mooncake-pd.script.restartWaitLines).
+    - name: RESTART_MARKER
+      value: /run/mooncake-pd/engine-started
+    {{- end }}
     - name: TP_SIZE
       value: {{ int $v.parallelism.tensor | quote }}
     - name: DP_SIZE
@@ -171,6 +177,10 @@ spec:
     - name: infiniband
       mountPath: /dev/infiniband
     {{- end }}
+    {{- if $restartQuiet }}
+    - name: restart-marker
+      mountPath: /run/mooncake-pd
+    {{- end }}
     - name: scripts
       mountPath: {{ printf "/workspace/%s" $script | toJson }}
       subPath: {{ $script | toJson }}
@@ -201,6 +211,12 @@ spec:
     hostPath:
       path: /dev/infiniband
       type: Directory
+  {{- end }}
+  {{- if $restartQuiet }}
+  # Outlives the engine container, not the pod: a restarted container finds its marker.
+  - name: restart-marker
+    emptyDir:
+      sizeLimit: 1Mi
   {{- end }}
   {{- include "mooncake-pd.programs.volume" $root | nindent 2 }}
   {{- with $root.Values.engine.extraVolumes }}

@@ -54,6 +54,7 @@ if ! [[ "${WORKER_INDEX}" =~ ^[1-9][0-9]*$ ]]; then
   exit 1
 fi
 start_rank=$(( WORKER_INDEX * {{ int $p.dataLocal }} ))
+{{- include "mooncake-pd.script.restartWaitLines" . }}
 {{- include "mooncake-pd.script.preflightLines" . }}
 exec vllm serve "${MODEL_LOCATION}" \
   --headless \
@@ -61,6 +62,7 @@ exec vllm serve "${MODEL_LOCATION}" \
   --data-parallel-size-local {{ include "mooncake-pd.util.shellQuote" (int $p.dataLocal) }} \
   --data-parallel-start-rank "${start_rank}" \
 {{- else }}
+{{- include "mooncake-pd.script.restartWaitLines" . }}
 {{- include "mooncake-pd.script.preflightLines" . }}
 exec vllm serve "${MODEL_LOCATION}" \
   --host "${POD_IP}" \
@@ -98,6 +100,37 @@ export MOONCAKE_ENGINE_ID="${GROUP_NAME}_${ROLE_ID}"
 # (NIXL_ERR_NOT_FOUND; vLLM then recomputes every prompt, silently). Seen in the e2e run.
 MOONCAKE_ENGINE_ID="${MOONCAKE_ENGINE_ID}_start$(date +%s%N)"
 {{- end -}}
+{{- end }}
+
+{{/* The seconds a role's engine waits after its container restarted: the connector's
+restartQuietSeconds (profiles.yaml) for a role that listens for the other side's asks (not
+kv_consumer), else 0. Context: (dict "root" $ "role" "prefill"). */}}
+{{- define "mooncake-pd.script.restartQuietSeconds" -}}
+{{- $connector := include "mooncake-pd.profile.connectorData" .root | fromJson -}}
+{{- if eq (toString (get ($connector.roles | default dict) .role)) "kv_consumer" -}}
+0
+{{- else -}}
+{{- int ($connector.restartQuietSeconds | default 0) -}}
+{{- end -}}
+{{- end }}
+
+{{/* The wait after a restart (mooncake-pd.script.restartQuietSeconds), as script lines; none
+where it is 0. The marker is a file in the restart-marker emptyDir (RESTART_MARKER, set by the
+pod template), which outlives a container but not its pod. Context: as the script's. */}}
+{{- define "mooncake-pd.script.restartWaitLines" -}}
+{{- $seconds := int (include "mooncake-pd.script.restartQuietSeconds" .) -}}
+{{- if gt $seconds 0 }}
+# A restart of this container (its marker is there): wait {{ $seconds }} s before the engine starts. Decode's
+# asks for KV blocks sent to the process that died stay queued for this address and port; the
+# new process would take them, find no such request and answer them done, and decode would
+# answer from blocks nobody wrote (a wrong answer, no error). Within {{ $seconds }} s they time out and are
+# dropped (profiles.yaml, restartQuietSeconds; docs/failure-modes.md, "With Mooncake").
+if [[ -e "${RESTART_MARKER}" ]]; then
+  echo "restarted: waiting {{ $seconds }} s for decode's asks to the previous process to time out" >&2
+  sleep {{ $seconds }}
+fi
+touch "${RESTART_MARKER}"
+{{- end }}
 {{- end }}
 
 {{/* The preflight's settings for a role (files/preflight.py), as JSON: what to check and the

@@ -43,6 +43,12 @@ NOT_EXPORTED = (
 )
 
 
+# Variables naming a container path the script writes (an emptyDir's file in the pod): a run
+# points them at the same path under its root, so the script writes there and not on this host;
+# what the run returns keeps the container's path.
+WRITTEN_PATH_ENV = ("RESTART_MARKER",)
+
+
 class ScriptFailed(MooncakePdError):
     """The script exited non-zero or never reached `vllm`: the render does not start."""
 
@@ -109,10 +115,14 @@ def run(
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_text(file.text)
             target.chmod(0o755 if file.executable else 0o644)
+        written = {name: env[name] for name in WRITTEN_PATH_ENV if env.get(name, "").startswith("/")}
+        for path in written.values():
+            (root / path.lstrip("/")).parent.mkdir(parents=True, exist_ok=True)
         out = tmpdir / "stub.json"
         path = os.pathsep.join([str(bin_dir), *map(str, extra_path), os.environ.get("PATH", "")])
         full_env = {
             **env,
+            **{name: str(root / path.lstrip("/")) for name, path in written.items()},
             "PATH": path,
             "MOONCAKE_PD_STUB_OUT": str(out),
             "MOONCAKE_PD_ROOT": str(root),
@@ -125,7 +135,7 @@ def run(
             log = (root / TERMINATION_LOG.lstrip("/")).read_text()
             raise ScriptFailed(proc.returncode, proc.stderr, log)
         recorded = json.loads(out.read_text())
-    env_out = {k: v for k, v in recorded["env"].items() if k not in NOT_EXPORTED}
+    env_out = {k: v for k, v in recorded["env"].items() if k not in NOT_EXPORTED} | written
     return Run(argv=recorded["argv"], env=env_out, stderr=proc.stderr)
 
 
