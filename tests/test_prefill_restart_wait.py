@@ -105,4 +105,3 @@ def test_only_a_listening_role_of_a_connector_that_needs_it_waits(render: Render
         assert ("RESTART_MARKER" in env) == expected, name
         assert ("restart-marker" in volumes) == expected, name
         assert ("RESTART_MARKER" in script) == expected, name
-
