@@ -105,3 +105,28 @@ def test_only_a_listening_role_of_a_connector_that_needs_it_waits(render: Render
         assert ("RESTART_MARKER" in env) == expected, name
         assert ("restart-marker" in volumes) == expected, name
         assert ("RESTART_MARKER" in script) == expected, name
+
+
+@pytest.mark.parametrize(
+    "probes, refused",
+    [
+        ({"startupProbe": {"periodSeconds": 10, "failureThreshold": 5}}, "engine.startupProbe: "),
+        ({"startupProbe": {"initialDelaySeconds": 30, "periodSeconds": 10, "failureThreshold": 4}}, ""),
+        # No startup probe: the liveness probe judges the starting container (3 x 10 s by default).
+        (
+            {"startupProbe": None, "livenessProbe": {"failureThreshold": None, "periodSeconds": None}},
+            "engine.livenessProbe: ",
+        ),
+        ({"startupProbe": None, "livenessProbe": None}, ""),
+    ],
+    ids=["startup-too-short", "startup-long-enough", "liveness-defaults-too-short", "no-probes"],
+)
+def test_a_probe_that_would_kill_the_waiting_prefill_is_refused(render: Renderer, probes, refused):
+    values = {**MOONCAKE, "engine": {**MOONCAKE["engine"], **probes}}
+    if not refused:
+        render(CPU_PRESET, values)
+        return
+    error = render.error(CPU_PRESET, values)
+    assert refused in error and "waits 60 s" in error and "restarted forever" in error, error
+    # NixlConnector's prefill does not wait: the same probe renders.
+    render(CPU_PRESET, {"engine": probes})

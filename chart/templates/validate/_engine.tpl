@@ -103,6 +103,22 @@ at start). */ -}}
 {{- end }}
 {{- end }}
 {{- end }}
+{{- /* A restarted prefill that waits before its engine starts (profiles.yaml restartQuietSeconds)
+must not be restarted by kubelet while it waits: the probe that judges a starting container
+(startupProbe, else livenessProbe) must allow longer, or the container restarts forever.
+Kubernetes' defaults where a field is unset: initialDelaySeconds 0, periodSeconds 10,
+failureThreshold 3 (k8s.io/api core/v1 types.go, Probe). */ -}}
+{{- $quiet := int (include "mooncake-pd.script.restartQuietSeconds" (dict "root" $ "role" "prefill")) }}
+{{- if gt $quiet 0 }}
+{{- $name := ternary "startupProbe" "livenessProbe" (not (empty .Values.engine.startupProbe)) }}
+{{- with get .Values.engine $name }}
+{{- $period := int (.periodSeconds | default 10) }}
+{{- $allowed := add (int (.initialDelaySeconds | default 0)) (mul $period (int (.failureThreshold | default 3))) }}
+{{- if le (int $allowed) $quiet }}
+{{- $errors = append $errors (printf "engine.%s: kubelet restarts an engine that has not answered within %d s (initialDelaySeconds + periodSeconds x failureThreshold), but a restarted prefill waits %d s before its engine starts (%s at engine.version %s: profiles.yaml restartQuietSeconds; docs/failure-modes.md, \"With Mooncake\"), so it would be restarted forever; allow the wait and the model's load, e.g. failureThreshold %d at periodSeconds %d" $name (int $allowed) $quiet (include "mooncake-pd.profile.connector" $) $profile.engine.version (int (div (add $quiet 600 $period -1) $period)) $period) }}
+{{- end }}
+{{- end }}
+{{- end }}
 {{- toJson $errors -}}
 {{- end }}
 
