@@ -116,13 +116,14 @@ def run(
             target.write_text(file.text)
             target.chmod(0o755 if file.executable else 0o644)
         written = {name: env[name] for name in WRITTEN_PATH_ENV if env.get(name, "").startswith("/")}
-        for path in written.values():
-            (root / path.lstrip("/")).parent.mkdir(parents=True, exist_ok=True)
+        rebased = {name: root / container_path.lstrip("/") for name, container_path in written.items()}
+        for local in rebased.values():
+            local.parent.mkdir(parents=True, exist_ok=True)
         out = tmpdir / "stub.json"
         path = os.pathsep.join([str(bin_dir), *map(str, extra_path), os.environ.get("PATH", "")])
         full_env = {
             **env,
-            **{name: str(root / path.lstrip("/")) for name, path in written.items()},
+            **{name: str(local) for name, local in rebased.items()},
             "PATH": path,
             "MOONCAKE_PD_STUB_OUT": str(out),
             "MOONCAKE_PD_ROOT": str(root),
