@@ -195,9 +195,9 @@ def test_every_preset_installs_and_its_pods_land_on_its_accelerator(cluster, pre
         # minReplicas at its first reconcile, with no metrics at all (kthena_pods.settled_replicas):
         # the latency-first preset settles at 2 + 2 pods, up to 15 s after the first 1 + 1.
         policy = next(iter(manifests.find(objects, "AutoscalingPolicy")), None)
+        # check_pods waits for every pod bound: a pod the nodes cannot hold fails that wait, named
+        # with its scheduling state.
         pods = check_pods(api, namespace, ms, _accelerator(objects), policy)
-        unbound = [p["metadata"]["name"] for p in pods if not p["spec"].get("nodeName")]
-        assert unbound == [], f"{preset.name}: pods the cluster's nodes cannot hold: {unbound}"
         check_services(api, namespace, ms, pods, policy)
     finally:
         runner.uninstall(RELEASE, namespace)

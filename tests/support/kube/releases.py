@@ -99,21 +99,25 @@ def pods_of(api: Client, namespace: str, modelserving: str) -> list[dict[str, An
 def wait_pods(
     api: Client, namespace: str, modelserving: str, names: set[str], timeout: float = SETTLE_TIMEOUT
 ) -> list[dict[str, Any]]:
-    """Wait until the ModelServing's pods are exactly `names` (none terminating), bound or not.
-    On time out, the pods last seen and their states: whether Kthena made none, too few, or
-    others, and whether they are scheduled."""
+    """Wait until the ModelServing's pods are exactly `names` (none terminating), each bound to a
+    node. Bound too, not only made: a pod that Kthena's autoscaler adds a moment before the check
+    is not scheduled yet (a 2026-12-06 gate run judged the latency-first preset's second decode
+    unbound that way). On time out, the pods last seen and their states: whether Kthena made
+    none, too few, or others, and which are not scheduled and why."""
     last: list[dict[str, Any]] = []
 
     def settled() -> list[dict[str, Any]] | None:
         last[:] = pods_of(api, namespace, modelserving)
         pods = [p for p in last if not p["metadata"].get("deletionTimestamp")]
-        return pods if {p["metadata"]["name"] for p in pods} == names else None
+        if {p["metadata"]["name"] for p in pods} != names:
+            return None
+        return pods if all(p["spec"].get("nodeName") for p in pods) else None
 
     def seen() -> str:
         have = {p["metadata"]["name"] for p in last if not p["metadata"].get("deletionTimestamp")}
         return f"missing {sorted(names - have)}, others {sorted(have - names)}: {pods_brief(last)}"
 
-    return wait_for(f"the pods of ModelServing {namespace}/{modelserving}", settled, timeout, seen=seen)
+    return wait_for(f"the pods of ModelServing {namespace}/{modelserving}, bound", settled, timeout, seen=seen)
 
 
 def wait_gone(api: Client, namespace: str, modelserving: str, timeout: float = SETTLE_TIMEOUT) -> None:
