@@ -17,6 +17,7 @@ import pytest
 
 from support import kthenarun, waits
 from support.kube.api import ApiError, pod_brief, pods_brief, wait_for
+from support.kube.releases import wait_pods
 from support.localpods import (
     Container,
     NotReady,
@@ -105,6 +106,38 @@ def test_a_wait_that_runs_out_names_what_it_saw_and_the_last_error_on_its_first_
     # Probed to the deadline, once more at it, whatever the interval left.
     assert calls[-1] - calls[0] >= 0.25 and len(calls) >= 3
     assert json.loads(waits_log.read_text())["ok"] is False
+
+
+class _PodLists:
+    """A Client whose pod list is each of `answers` in turn, then the last one again."""
+
+    def __init__(self, *answers: list[dict]) -> None:
+        self.answers = list(answers)
+
+    def list(self, *_args, **_kwargs) -> list[dict]:
+        return self.answers.pop(0) if len(self.answers) > 1 else self.answers[0]
+
+
+def _pod(name: str, node: str | None) -> dict:
+    return {"metadata": {"name": name}, "spec": {"nodeName": node} if node else {}, "status": {"phase": "Pending"}}
+
+
+def test_wait_pods_returns_the_pods_once_every_one_is_bound_not_once_made():
+    made = [_pod("ms-0-decode-0-0", "a3-0"), _pod("ms-0-decode-1-0", None)]
+    bound = [_pod("ms-0-decode-0-0", "a3-0"), _pod("ms-0-decode-1-0", "a3-1")]
+    api = _PodLists(made, made, bound)
+    pods = wait_pods(api, "ns", "ms", {"ms-0-decode-0-0", "ms-0-decode-1-0"}, timeout=10)  # type: ignore[arg-type]
+    assert [p["spec"]["nodeName"] for p in pods] == ["a3-0", "a3-1"]
+    assert api.answers == [bound]
+
+
+def test_wait_pods_that_runs_out_names_the_pods_not_bound():
+    made = [_pod("ms-0-decode-0-0", "a3-0"), _pod("ms-0-decode-1-0", None)]
+    with pytest.raises(TimeoutError) as ran_out:
+        wait_pods(_PodLists(made), "ns", "ms", {"ms-0-decode-0-0", "ms-0-decode-1-0"}, timeout=0.2)  # type: ignore[arg-type]
+    first = str(ran_out.value).split("\n", 1)[0]
+    assert first.startswith("the pods of ModelServing ns/ms, bound: not after 0 s (")
+    assert "missing [], others [], unbound ['ms-0-decode-1-0']" in first
 
 
 def test_what_was_seen_is_trimmed_and_a_failing_look_is_said():

@@ -114,8 +114,12 @@ def wait_pods(
         return pods if all(p["spec"].get("nodeName") for p in pods) else None
 
     def seen() -> str:
-        have = {p["metadata"]["name"] for p in last if not p["metadata"].get("deletionTimestamp")}
-        return f"missing {sorted(names - have)}, others {sorted(have - names)}: {pods_brief(last)}"
+        live = [p for p in last if not p["metadata"].get("deletionTimestamp")]
+        have = {p["metadata"]["name"] for p in live}
+        # Named apart: a pod the scheduler has not judged yet has no PodScheduled condition, so
+        # pods_brief shows it only as Pending.
+        unbound = sorted(p["metadata"]["name"] for p in live if not p["spec"].get("nodeName"))
+        return f"missing {sorted(names - have)}, others {sorted(have - names)}, unbound {unbound}: {pods_brief(last)}"
 
     return wait_for(f"the pods of ModelServing {namespace}/{modelserving}, bound", settled, timeout, seen=seen)
 
