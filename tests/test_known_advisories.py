@@ -294,3 +294,29 @@ def test_the_order_agrees_with_packaging():
         for b in ORDERED:
             ours = advisories.version_key(a) < advisories.version_key(b)
             assert ours == (version.Version(a) < version.Version(b)), (a, b)
+
+
+# -- From a render ----------------------------------------------------------------------------------
+
+
+def test_a_render_gives_the_same_findings_as_its_values(render):
+    """`render` and `verify` read the layout from the manifests: the same answer as from values."""
+    defaults = render()
+    assert advisories.layout_from_objects(defaults.objects) == advisories.layout_of({})
+    assert advisories.problems_from_objects(defaults.objects) == advisories.problems({})
+    values = {
+        "accelerator": {"type": "cpu"},
+        "networkPolicy": {"enabled": True},
+        "model": {"storage": {"type": "download"}, "download": {"repo": "Qwen/Qwen2.5-0.5B-Instruct"}},
+    }
+    closed = render(overrides=values)
+    assert advisories.layout_from_objects(closed.objects) == advisories.layout_of(values)
+    assert advisories.problems_from_objects(closed.objects) == []
+    # An API key in the engines' env (engine.apiKeySecret renders VLLM_API_KEY from its Secret).
+    keyed = copy.deepcopy(defaults.objects)
+    serving = next(o for o in keyed if o["kind"] == "ModelServing")
+    for role in serving["spec"]["template"]["roles"]:
+        role["entryTemplate"]["spec"]["containers"][0]["env"].append(
+            {"name": "VLLM_API_KEY", "valueFrom": {"secretKeyRef": {"name": "engine-key", "key": "api-key"}}}
+        )
+    assert [m.split(" ")[1] for m in advisories.problems_from_objects(keyed)] == ["CVE-2026-48746", "CVE-2026-103764"]

@@ -348,3 +348,57 @@ def problems(values: dict[str, Any], path: Path | None = None, table: Table | No
     family = str(profiles.load(path)["accelerators"][accelerator]["family"])
     found = components(profiles.load(path)["engines"][version], family)
     return [message(table, f, accelerator, version, path) for f in applicable(table, found, layout)]
+
+
+# -- From a render --------------------------------------------------------------------------------
+
+
+def _accelerator_of(container: dict[str, Any], path: Path | None = None) -> str:
+    """The accelerator type an engine container was rendered for, by the device resource it
+    requests (profiles.yaml resourceName; the one without a device for none)."""
+    limits = (container.get("resources") or {}).get("limits") or {}
+    devices = {k for k in limits if "/" in k}
+    for name, row in profiles.load(path)["accelerators"].items():
+        if {str(row["resourceName"])} - {""} == devices:
+            return str(name)
+    raise AdvisoryError(f"an engine container requests {sorted(devices)}, which no accelerator profile names")
+
+
+def layout_from_objects(objects: list[dict[str, Any]], path: Path | None = None) -> tuple[str, str, Layout]:
+    """(accelerator, engine version, layout) of rendered manifests, read from what was rendered:
+    the ModelServing's engine-version and kv-connector annotations, its engine pods' hostNetwork,
+    device resource and VLLM_API_KEY, and a NetworkPolicy selecting the engines."""
+    serving = next((o for o in objects if o.get("kind") == "ModelServing"), None)
+    if serving is None:
+        raise AdvisoryError("the render holds no ModelServing: nothing runs engines")
+    annotations = serving["metadata"].get("annotations") or {}
+    pod = serving["spec"]["template"]["roles"][0]["entryTemplate"]["spec"]
+    container = pod["containers"][0]
+    engine_policies = [
+        o
+        for o in objects
+        if o.get("kind") == "NetworkPolicy"
+        and any(
+            e.get("key") == "app.kubernetes.io/component" and "prefill" in (e.get("values") or [])
+            for e in (o["spec"].get("podSelector") or {}).get("matchExpressions") or []
+        )
+    ]
+    layout = Layout(
+        host_network=bool(pod.get("hostNetwork")),
+        network_policy=bool(engine_policies),
+        api_key=any(e.get("name") == "VLLM_API_KEY" for e in container.get("env") or []),
+        connector=str(annotations["mooncake-pd/kv-connector"]),
+    )
+    return _accelerator_of(container, path), str(annotations["mooncake-pd/engine-version"]), layout
+
+
+def problems_from_objects(
+    objects: list[dict[str, Any]], path: Path | None = None, table: Table | None = None
+) -> list[str]:
+    """problems() for rendered manifests (`mooncake-pd render`, `verify`): what applies to what
+    was rendered, whichever values made it."""
+    table = table or load()
+    accelerator, version, layout = layout_from_objects(objects, path)
+    family = str(profiles.load(path)["accelerators"][accelerator]["family"])
+    found = components(profiles.load(path)["engines"][version], family)
+    return [message(table, f, accelerator, version, path) for f in applicable(table, found, layout)]
