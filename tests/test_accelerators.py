@@ -73,12 +73,13 @@ def test_nvidia_proxy_runs_the_vendored_script_in_vllms_cpu_image(render: Render
     pod = rendered.one("Deployment")["spec"]["template"]
     proxy = pod["spec"]["containers"][0]
     assert proxy["image"] == "public.ecr.aws/q9t5s3a7/vllm-cpu-release-repo:v0.13.0"
-    assert proxy["command"] == ["python3", "/workspace/load_balance_proxy_server_example.py"]
+    script = "/workspace/load_balance_proxy_server_example.py"
+    assert proxy["command"] == ["python3", "/workspace/proxy_guard.py", script]
     script = rendered.one("ConfigMap")["data"]["load_balance_proxy_server_example.py"]
     assert script == (paths.CHART / "files/vendor/vllm-ascend-v0.13.0/load_balance_proxy_server_example.py").read_text()
     assert {
         "name": "scripts",
-        "mountPath": proxy["command"][1],
+        "mountPath": proxy["command"][2],
         "subPath": "load_balance_proxy_server_example.py",
         "readOnly": True,
     } in proxy["volumeMounts"]
@@ -86,12 +87,12 @@ def test_nvidia_proxy_runs_the_vendored_script_in_vllms_cpu_image(render: Render
     # On Ascend, the engine image's own script; with proxy.image, that image's proxy.script.
     ascend = render().one("Deployment")["spec"]["template"]["spec"]["containers"][0]
     assert ascend["image"] == "quay.io/ascend/vllm-ascend:v0.13.0-a3"
-    assert ascend["command"][1].startswith("/vllm-workspace/vllm-ascend/")
+    assert ascend["command"][2].startswith("/vllm-workspace/vllm-ascend/")
     assert "load_balance_proxy_server_example.py" not in render().one("ConfigMap")["data"]
     own = profile_values("nvidia", proxy={"image": {"repository": "quay.io/ascend/vllm-ascend"}})
     own_proxy = render(overrides=own).one("Deployment")["spec"]["template"]["spec"]["containers"][0]
     assert own_proxy["image"] == "quay.io/ascend/vllm-ascend:v0.13.0"
-    assert own_proxy["command"][1].startswith("/vllm-workspace/vllm-ascend/")
+    assert own_proxy["command"][2].startswith("/vllm-workspace/vllm-ascend/")
 
 
 def test_upstream_mooncake_connector_on_nvidia(render: Renderer, crds):

@@ -6,7 +6,8 @@ entry points load) and torch_npu 2.8.0.post2, without CANN or a driver, as in a 
 
 - The PD proxy starts, passes its readiness probe and serves a chat and a completion request
   through stand-in engines (tests/support/openai_standin.py on the engines' ports), sending
-  prefill the NIXL/Mooncake parameters and decode what prefill answered.
+  prefill the NIXL/Mooncake parameters and decode what prefill answered; a client's
+  /instances/add is refused (the guard, chart/files/proxy_guard.py).
 - The helm test pod's script passes against it (or against a stand-in Kthena router).
 - The benchmark Job's script completes against it: `vllm bench serve` with its tokenizer read
   from the model volume (a stand-in folder with a tokenizer), and its result on the marker line.
@@ -37,6 +38,8 @@ import json
 import shutil
 import subprocess
 import tempfile
+import urllib.error
+import urllib.request
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -309,6 +312,19 @@ def _check_server(server: Container, standins: Path) -> str:
     if not chat["choices"][0]["message"]["content"] or not text["choices"][0]["text"]:
         return f"{server.name}: empty answers {chat} {text}"
     prefill, decode = (_requests(standins, port)[seen[port] :] for port in ENGINE_PORTS)
+    # The rendered command runs the script behind chart/files/proxy_guard.py: a client's order
+    # is refused (tests/test_proxy_serves_users_not_orders.py judges the guard itself).
+    order = urllib.request.Request(
+        f"{base}/instances/add",
+        data=b'{"type": "decode", "instances": ["127.0.0.1:9"]}',
+        headers={"Content-Type": "application/json"},
+    )
+    try:
+        with urllib.request.urlopen(order, timeout=30) as answer:
+            return f"{server.name}: POST /instances/add answered HTTP {answer.status}, not 404"
+    except urllib.error.HTTPError as e:
+        if e.code != 404:
+            return f"{server.name}: POST /instances/add answered HTTP {e.code}, not 404"
     if [r["body"]["kv_transfer_params"]["do_remote_decode"] for r in prefill] != [True, True]:
         return f"{server.name}: prefill was not asked for remote decode: {prefill}"
     if [r["body"]["kv_transfer_params"]["remote_engine_id"] for r in decode] != ["standin", "standin"]:

@@ -14,6 +14,7 @@ from typing import ClassVar
 import pytest
 
 from conftest import Rendered, Renderer, assert_valid
+from mooncake_pd import paths
 from mooncake_pd.engines import PodIdentity
 from support.kthena_pods import selects
 from support.proxyargs import parse_proxy_args
@@ -68,10 +69,15 @@ def test_proxy_deployment(defaults: Rendered):
     pod = deployment["spec"]["template"]["spec"]
     container = pod["containers"][0]
     assert container["image"] == "quay.io/ascend/vllm-ascend:v0.13.0-a3"
+    # The image's script behind the chart's guard (chart/files/proxy_guard.py).
     assert container["command"] == [
         "python3",
+        "/workspace/proxy_guard.py",
         "/vllm-workspace/vllm-ascend/examples/disaggregated_prefill_v1/load_balance_proxy_server_example.py",
     ]
+    guard = {"name": "scripts", "mountPath": "/workspace/proxy_guard.py", "subPath": "proxy_guard.py", "readOnly": True}
+    assert guard in container["volumeMounts"]
+    assert defaults.one("ConfigMap")["data"]["proxy_guard.py"] == (paths.CHART / "files" / "proxy_guard.py").read_text()
     assert container["args"][:4] == ["--host", "0.0.0.0", "--port", "8080"]
     assert container["readinessProbe"]["httpGet"]["path"] == "/healthcheck"
     selector = deployment["spec"]["selector"]["matchLabels"]

@@ -179,6 +179,7 @@ def test_worker_pods_run_no_server(render: Renderer):
         "kv_transfer_config.py",
         "chat_check.py",
         "kv_canary.py",
+        "proxy_guard.py",
     }
 
 

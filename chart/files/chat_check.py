@@ -2,7 +2,9 @@
 router; passes on HTTP 200 with a non-empty completion. Retries while the router is not
 reachable yet (12 attempts, 10 s apart); an HTTP error fails at once.
 
-Env: CHAT_URL (the router's /v1/chat/completions), CHAT_REQUEST (the request body, JSON).
+Env: CHAT_URL (the router's /v1/chat/completions), CHAT_REQUEST (the request body, JSON),
+OPENAI_API_KEY (engine.apiKeySecret, optional: sent as a bearer token, which Kthena's router
+forwards to the engines).
 Python 3.8+, standard library only.
 """
 
@@ -26,8 +28,13 @@ def completion(payload: dict[str, Any]) -> str:
     return ((payload.get("choices") or [{}])[0].get("message") or {}).get("content") or ""
 
 
-def post(url: str, body: bytes) -> tuple[int, dict[str, Any]]:
-    req = urllib.request.Request(url, data=body, headers={"Content-Type": "application/json"})
+def headers(api_key: str) -> dict[str, str]:
+    """The request's headers: the engines' key as a bearer token where there is one."""
+    return {"Content-Type": "application/json", **({"Authorization": f"Bearer {api_key}"} if api_key else {})}
+
+
+def post(url: str, body: bytes, api_key: str = "") -> tuple[int, dict[str, Any]]:
+    req = urllib.request.Request(url, data=body, headers=headers(api_key))
     with urllib.request.urlopen(req, timeout=TIMEOUT_SECONDS) as resp:
         return resp.status, json.load(resp)
 
@@ -37,7 +44,7 @@ def main(env: dict[str, str]) -> int | str:
     body = env["CHAT_REQUEST"].encode()
     for attempt in range(1, ATTEMPTS + 1):
         try:
-            status, payload = post(url, body)
+            status, payload = post(url, body, env.get("OPENAI_API_KEY", ""))
             break
         except urllib.error.HTTPError as err:
             return f"FAIL: {url} answered HTTP {err.code}: {err.read()[:500]!r}"

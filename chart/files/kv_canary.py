@@ -27,7 +27,8 @@ counters, so a busy deployment never fails it falsely; a failure counted while i
 pair, whoever's request it was.
 
 Env: CANARY_CONFIG, JSON: {"model", "prompt", "maxTokens", "prefill": [{"name", "url"}],
-"decode": [{"name", "url"}], "transferMetrics": {"count", "failed"} or null}.
+"decode": [{"name", "url"}], "transferMetrics": {"count", "failed"} or null}; OPENAI_API_KEY
+(engine.apiKeySecret, optional), sent to the engines as a bearer token.
 Exit 0 when every pair passed, 1 otherwise. Python 3.9+, standard library only.
 """
 
@@ -257,13 +258,24 @@ def wait_reachable(config: dict[str, Any], get: Get, sleep: Callable[[float], No
     return missing
 
 
+def with_api_key(post: Post, api_key: str) -> Post:
+    """`post` sending the engines' key as a bearer token (unchanged without a key)."""
+    if not api_key:
+        return post
+
+    def keyed(url: str, body: dict[str, Any], timeout: float, headers: dict[str, str]) -> tuple[int, dict[str, Any]]:
+        return post(url, body, timeout, {**headers, "Authorization": f"Bearer {api_key}"})
+
+    return keyed
+
+
 def main(env: dict[str, str]) -> int:
     config = json.loads(env["CANARY_CONFIG"])
     missing = wait_reachable(config, _get)
     if missing:
         print(f"FAIL: not reachable: {', '.join(missing)}")
         return 1
-    results = run(config, _post, _get)
+    results = run(config, with_api_key(_post, env.get("OPENAI_API_KEY", "")), _get)
     for result in results:
         print(result.line(), flush=True)
     passed = sum(r.ok for r in results)

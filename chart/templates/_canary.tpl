@@ -45,6 +45,7 @@ counters of the release's connector (profiles.yaml engines.<version>.connectors)
   - name: CANARY_CONFIG
     value: {{ include "mooncake-pd.canary.config" . | toJson }}
   {{- include "mooncake-pd.env.cpuPython" . | nindent 2 }}
+  {{- include "mooncake-pd.env.apiKey" (dict "root" . "name" "OPENAI_API_KEY") | nindent 2 }}
   resources:
     {{- toYaml .Values.test.resources | nindent 4 }}
   securityContext:

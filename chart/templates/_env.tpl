@@ -35,5 +35,20 @@ script's exports come after and would win, so validate.accelerator refuses engin
 {{/* The env names the engine pod template sets itself (mooncake-pd.podtemplate.engine, before
 any accelerator.rdma variable), for the rules that keep values from naming them. JSON list. */}}
 {{- define "mooncake-pd.env.engineOwn" -}}
-{{- toJson (list "ROLE" "GROUP_NAME" "ROLE_ID" "ENGINE_ID" "POD_IP" "NODE_IP" "MODEL_LOCATION" "TP_SIZE" "DP_SIZE" "MOONCAKE_PD_RDMA") -}}
+{{- toJson (list "ROLE" "GROUP_NAME" "ROLE_ID" "ENGINE_ID" "POD_IP" "NODE_IP" "MODEL_LOCATION" "TP_SIZE" "DP_SIZE" "MOONCAKE_PD_RDMA" "VLLM_API_KEY") -}}
+{{- end }}
+
+{{/* The engines' API key (engine.apiKeySecret) as the variable `name`, from its Secret: VLLM_API_KEY in
+the engines (vLLM reads it where --api-key is unset: vllm/entrypoints/openai/api_server.py
+v0.13.0 ~1021), OPENAI_API_KEY in the chart's clients (what vLLM-Ascend's proxy and `vllm bench
+serve` send as `Authorization: Bearer`, and chat_check.py and kv_canary.py too). Nothing without
+a key. (dict "root" $ "name" NAME) */}}
+{{- define "mooncake-pd.env.apiKey" -}}
+{{- with .root.Values.engine.apiKeySecret.name }}
+- name: {{ $.name }}
+  valueFrom:
+    secretKeyRef:
+      name: {{ . | toJson }}
+      key: {{ $.root.Values.engine.apiKeySecret.key | toJson }}
+{{- end }}
 {{- end }}

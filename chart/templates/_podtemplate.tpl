@@ -109,6 +109,7 @@ spec:
       value: {{ int $v.parallelism.tensor | quote }}
     - name: DP_SIZE
       value: {{ int $v.parallelism.data | quote }}
+    {{- include "mooncake-pd.env.apiKey" (dict "root" $root "name" "VLLM_API_KEY") | nindent 4 }}
     {{- with include "mooncake-pd.env.rdma" $root | trim }}
     # RDMA between nodes (accelerator.rdma): NCCL's IB transport and NIXL's UCX on the RDMA NICs.
     {{- . | nindent 4 }}

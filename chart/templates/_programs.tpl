@@ -6,7 +6,7 @@ is a key of the scripts ConfigMap, mounted at /workspace/<name> where it runs.
 {{/* The programs this release's pods run, as JSON: ConfigMap key -> text. Every engine runs
 kv_transfer_config.py (and preflight.py with engine.preflight.enabled, download_model.py in the
 download init container); the helm test pod chat_check.py (and kv_canary.py, which the canary's CronJob runs too); the
-benchmark Job bench_result.py. */}}
+benchmark Job bench_result.py; the PD proxy proxy_guard.py. */}}
 {{- define "mooncake-pd.programs.files" -}}
 {{- $names := include "mooncake-pd.programs.engine" . | fromJsonArray -}}
 {{- if .Values.engine.preflight.enabled }}{{ $names = append $names "preflight.py" }}{{ end -}}
@@ -15,9 +15,13 @@ benchmark Job bench_result.py. */}}
 {{- if .Values.benchmark.enabled }}{{ $names = append $names "bench_result.py" }}{{ end -}}
 {{- $files := dict -}}
 {{- range $name := $names }}{{ $_ := set $files $name ($.Files.Get (printf "files/%s" $name)) }}{{ end -}}
-{{- /* The vendored PD proxy, where its image lacks it (mooncake-pd.profile.proxyScript). */ -}}
-{{- with and (eq .Values.router.type "proxy") (include "mooncake-pd.profile.proxyScript" .) }}
+{{- /* The PD proxy's guard, and the vendored proxy where its image lacks it
+(mooncake-pd.profile.proxyScript). */ -}}
+{{- if eq .Values.router.type "proxy" }}
+{{- $_ := set $files "proxy_guard.py" ($.Files.Get "files/proxy_guard.py") }}
+{{- with include "mooncake-pd.profile.proxyScript" . }}
 {{- $_ := set $files (base .) ($.Files.Get (printf "files/%s" .)) }}
+{{- end -}}
 {{- end -}}
 {{- toJson $files -}}
 {{- end }}

@@ -473,8 +473,17 @@ def _post(
     return Response(answer.status, payload)
 
 
-def send_request(core: Any, modelserving: dict[str, Any], url: str | None, model: str, timeout: float) -> Response:
-    """The guide's chat request, to --url or through a port-forward to the router's Service."""
+def auth_headers(api_key: str) -> dict[str, str]:
+    """The engines' key (engine.apiKeySecret) as a bearer token; none without a key."""
+    return {"Authorization": f"Bearer {api_key}"} if api_key else {}
+
+
+def send_request(
+    core: Any, modelserving: dict[str, Any], url: str | None, model: str, timeout: float, api_key: str = ""
+) -> Response:
+    """The guide's chat request, to --url or through a port-forward to the router's Service. The
+    key goes with it: Kthena's router forwards the client's headers to the engines (the proxy
+    sends its own)."""
     body = json.dumps(
         {"model": model, "messages": [{"role": "user", "content": "Hello, how are you?"}], "max_tokens": 100}
     ).encode()
@@ -485,7 +494,7 @@ def send_request(core: Any, modelserving: dict[str, Any], url: str | None, model
         if not parts.hostname:
             raise ValueError(f"--url {url!r} names no host (give it as http://HOST[:PORT])")
         connection = http.client.HTTPConnection(parts.hostname, parts.port or 80, timeout=timeout)
-        return _post(connection, (parts.path.rstrip("/") or "") + "/v1/chat/completions", body)
+        return _post(connection, (parts.path.rstrip("/") or "") + "/v1/chat/completions", body, auth_headers(api_key))
     namespace = modelserving["metadata"]["namespace"]
     service = f"{modelserving['metadata']['name']}-proxy"
     endpoints = core.read_namespaced_endpoints(service, namespace)
@@ -494,7 +503,14 @@ def send_request(core: Any, modelserving: dict[str, Any], url: str | None, model
             if address.target_ref and address.target_ref.kind == "Pod":
                 port = subset.ports[0].port
                 return _forwarded_request(
-                    core, namespace, address.target_ref.name, port, "/v1/chat/completions", body, timeout, {}
+                    core,
+                    namespace,
+                    address.target_ref.name,
+                    port,
+                    "/v1/chat/completions",
+                    body,
+                    timeout,
+                    auth_headers(api_key),
                 )
     raise RuntimeError(f"Service {service} has no ready pod to forward to (use --url for the Kthena router)")
 
@@ -513,6 +529,7 @@ def collect(
     read_metrics: Callable[[str, int], str] | None = None,
     canary_io: CanaryIO | None = None,
     run_canary: bool = True,
+    api_key: str = "",
 ) -> Snapshot:
     modelserving = find_modelserving(custom, release, namespace)
     name = modelserving["metadata"]["name"]
@@ -527,7 +544,7 @@ def collect(
     start = time.time()
     response, error = None, None
     try:
-        response = send_request(core, modelserving, url, model, timeout)
+        response = send_request(core, modelserving, url, model, timeout, api_key)
         progress(f"HTTP {response.status} for request {response.body.get('id', '?')}")
     except Exception as e:  # report it as a failed check, with the reason
         error = f"{e.__class__.__name__}: {e}"
@@ -553,7 +570,8 @@ def collect(
     config = canary_config(modelserving, pods, model)
     progress(f"KV canary: {len(config['prefill'])} x {len(config['decode'])} prefill/decode pair(s)")
     post, get = canary_io or port_forward_io(core, namespace)
-    results = chartfiles.program("kv_canary").run(config, post, get)
+    canary = chartfiles.program("kv_canary")
+    results = canary.run(config, canary.with_api_key(post, api_key), get)
     return Snapshot(modelserving, pods, response, logs, error, snapshot.metrics, [asdict(r) for r in results])
 
 

@@ -9,6 +9,8 @@ NixlConnector/Mooncake requests: one token and `kv_transfer_params` for decode; 
 prefill's answer (`do_remote_prefill`) as decode counts a loaded KV cache on /metrics: its prompt
 tokens as vllm:external_prefix_cache_hits_total and one NIXL transfer (the KV canary reads them).
 Every request is appended to --record as one JSON line, so a test can see what the client sent.
+With --no-kv-answer a prefill request is answered without kv_transfer_params, as an engine with no
+KV connector answers (what a proxy then sends decode is the test's question).
 
 Standard library only. Usage: python openai_standin.py --port N --model NAME [--record FILE]
 """
@@ -35,7 +37,7 @@ PREFILL_ANSWER = {
 }
 
 
-def completion(request: dict[str, Any], chat: bool, model: str) -> dict[str, Any]:
+def completion(request: dict[str, Any], chat: bool, model: str, kv_answer: bool = True) -> dict[str, Any]:
     tokens = int(request.get("max_tokens") or request.get("max_completion_tokens") or 16)
     params = request.get("kv_transfer_params") or {}
     prefill = bool(params.get("do_remote_decode"))
@@ -53,7 +55,7 @@ def completion(request: dict[str, Any], chat: bool, model: str) -> dict[str, Any
         "model": model,
         "choices": [choice],
         "usage": {"prompt_tokens": PROMPT_TOKENS, "completion_tokens": tokens, "total_tokens": PROMPT_TOKENS + tokens},
-        "kv_transfer_params": PREFILL_ANSWER if prefill else None,
+        "kv_transfer_params": PREFILL_ANSWER if prefill and kv_answer else None,
     }
 
 
@@ -75,7 +77,7 @@ def metrics_text(counters: dict[str, float]) -> bytes:
     return ("\n".join(lines) + "\n").encode()
 
 
-def handler_class(model: str, record: Path | None):
+def handler_class(model: str, record: Path | None, kv_answer: bool = True):
     lock = threading.Lock()
     # What decode's /metrics count of loaded KV caches (vLLM's names; NIXL's transfer counter).
     counters = {
@@ -129,7 +131,7 @@ def handler_class(model: str, record: Path | None):
                 )
                 self._send(200, body, "text/event-stream")
             else:
-                self._send(200, json.dumps(completion(request, chat, model)).encode())
+                self._send(200, json.dumps(completion(request, chat, model, kv_answer)).encode())
 
     return Handler
 
@@ -139,8 +141,13 @@ def main() -> None:
     parser.add_argument("--port", type=int, required=True, help="port on 127.0.0.1")
     parser.add_argument("--model", default="standin", help="model name in /v1/models and answers")
     parser.add_argument("--record", type=Path, help="append each POST as a JSON line here")
+    parser.add_argument(
+        "--no-kv-answer", action="store_true", help="answer prefill requests without kv_transfer_params"
+    )
     args = parser.parse_args()
-    server = ThreadingHTTPServer(("127.0.0.1", args.port), handler_class(args.model, args.record))
+    server = ThreadingHTTPServer(
+        ("127.0.0.1", args.port), handler_class(args.model, args.record, kv_answer=not args.no_kv_answer)
+    )
     server.serve_forever()
 
 

@@ -42,6 +42,28 @@ namespace on the engines, which run on the host network. */ -}}
 {{- $errors = append $errors (printf "engine.hostNetwork: false on accelerator.type %s, but %s; leave it null (on)" $.Values.accelerator.type $hostNetwork.required) }}
 {{- end }}
 {{- $errors = concat $errors (include "mooncake-pd.validate.security.networkPolicy" $ | fromJsonArray) }}
+{{- $errors = concat $errors (include "mooncake-pd.validate.security.apiKey" $ | fromJsonArray) }}
+{{- toJson $errors -}}
+{{- end }}
+
+{{/*
+The engines' key by reference only (engine.apiKeySecret): as engine.env or <role>.env it would be
+a start-script export, written into the scripts ConfigMap; as --api-key in args, in the pod spec
+and every process listing of the node.
+*/}}
+{{- define "mooncake-pd.validate.security.apiKey" -}}
+{{- $errors := list -}}
+{{- range $where := list "engine" "prefill" "decode" }}
+{{- $values := index $.Values $where }}
+{{- range $name := list "VLLM_API_KEY" "OPENAI_API_KEY" }}
+{{- if hasKey ($values.env | default dict) $name }}
+{{- $errors = append $errors (printf "%s.env.%s: a key here is written into the scripts ConfigMap in clear; put it in a Secret and set engine.apiKeySecret.name (and .key)" $where $name) }}
+{{- end }}
+{{- end }}
+{{- if hasKey ($values.args | default dict) "api-key" }}
+{{- $errors = append $errors (printf "%s.args.api-key: a key as a flag shows in the pod spec and every process listing; put it in a Secret and set engine.apiKeySecret.name (and .key)" $where) }}
+{{- end }}
+{{- end }}
 {{- toJson $errors -}}
 {{- end }}
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 
 from mooncake_pd import cli, verify
@@ -27,6 +28,7 @@ def run(args: argparse.Namespace) -> int:
             timeout=args.timeout,
             progress=progress,
             run_canary=not args.no_canary,
+            api_key=os.environ.get(args.api_key_env, ""),
         )
     except verify.VerifyError as e:
         if args.json:  # the report CI reads says why there is none; cli.main prints the error
@@ -71,5 +73,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     ver.add_argument("--log-wait", type=float, default=60, help="seconds to wait for the log lines (default: 60)")
     ver.add_argument("--timeout", type=float, default=300, help="seconds for the test request (default: 300)")
     ver.add_argument("--no-canary", action="store_true", help="skip the KV canary's per-pair requests")
+    ver.add_argument(
+        "--api-key-env",
+        default="OPENAI_API_KEY",
+        metavar="NAME",
+        help="environment variable holding the engines' key (engine.apiKeySecret), sent as a bearer "
+        "token with the test request and the canary's; unset or empty: no key (default: OPENAI_API_KEY)",
+    )
     ver.add_argument("--json", action="store_true", help="print the report as JSON (for CI)")
     ver.set_defaults(func=run, error_label="mooncake-pd verify")
