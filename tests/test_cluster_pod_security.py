@@ -1,4 +1,5 @@
-"""Pod Security admission on the local cluster's API server (issue #27 item 8): in a namespace
+"""Pod Security admission on the local cluster's API server (issue #27 item 8). Every pod of the
+release but the engines (proxy, helm test, canary CronJob, benchmark) meets `restricted`. In a namespace
 that enforces `baseline`, the cpu profile off the host network with its model downloaded into an
 emptyDir gets its engine pods (Kthena creates them, PodSecurity admits them); the guide's Ascend
 deployment (host network, hostPath mounts) installs without a word and gets none: Kthena's pod
@@ -14,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from mooncake_pd import paths
-from support.kube.api import pods_brief, wait_for
+from mooncake_pd import helm, manifests, paths
+from support.kube.api import ApiError, pods_brief, wait_for
 from support.kube.releases import SETTLE_TIMEOUT, Helm, pods_of
 
 pytestmark = pytest.mark.cluster
@@ -105,3 +106,63 @@ def test_the_guides_deployment_is_refused_pods_under_baseline_and_says_why(clust
         )
     finally:
         runner.uninstall(RELEASE, namespace)
+
+
+# Every pod of the release but the engines: the proxy, the helm test pod (chat check and KV
+# canary), the canary's CronJob and the benchmark Job; the cpu profile, whose engines are not
+# privileged either, and the engines' key on, so that its env is judged too. The model on a PVC:
+# the benchmark reads its tokenizer from the model volume, and a hostPath model (the guide's) is
+# a volume type that even `baseline` forbids (docs/security.md, Pod Security per pod).
+EVERY_CLIENT = {
+    "model": {"storage": {"type": "pvc", "claimName": "models"}},
+    "benchmark": {"enabled": True},
+    "test": {"kvCanary": {"cronJob": {"enabled": True}}},
+    "engine": {"apiKeySecret": {"name": "llm-api-key"}},
+}
+
+
+def _client_pods(objects: list[dict], namespace: str) -> dict[str, dict]:
+    """Each non-engine pod template of the render as a Pod in `namespace`: 'Kind/name' -> Pod."""
+    pods = {}
+    for obj in objects:
+        kind = obj["kind"]
+        spec = {
+            "Pod": lambda o: o["spec"],
+            "Deployment": lambda o: o["spec"]["template"]["spec"],
+            "Job": lambda o: o["spec"]["template"]["spec"],
+            "CronJob": lambda o: o["spec"]["jobTemplate"]["spec"]["template"]["spec"],
+        }.get(kind)
+        if spec:
+            name = f"psa-{kind.lower()}-{obj['metadata']['name']}"[:63]
+            pods[f"{kind}/{obj['metadata']['name']}"] = {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {"name": name, "namespace": namespace},
+                "spec": spec(obj),
+            }
+    return pods
+
+
+def test_every_pod_but_the_engines_is_admitted_under_pod_security_restricted(cluster):
+    """The API server's own PodSecurity admission judges each pod (a server dry run, as the
+    controllers would create it) in a namespace that enforces `restricted`; the control, the
+    proxy run as root, is refused there, so the namespace does enforce."""
+    api = cluster.client()
+    namespace = "psa-restricted-clients"
+    _namespace(api, namespace, "restricted")
+    text = helm.template(
+        paths.helm_binary(), [paths.CHART / "ci" / "cpu-values.yaml"], EVERY_CLIENT, namespace=namespace
+    )
+    pods = _client_pods(manifests.parse(text), namespace)
+    assert {k.split("/")[0] for k in pods} == {"Deployment", "Pod", "CronJob", "Job"}, sorted(pods)
+    refused = {}
+    for where, pod in pods.items():
+        try:
+            api.apply(pod, dry_run=True, namespace=namespace)
+        except ApiError as e:  # the API server's answer names the rule
+            refused[where] = str(e)[:500]
+    assert refused == {}
+    proxy = next(p for w, p in pods.items() if w.startswith("Deployment/"))
+    root = {**proxy, "spec": {**proxy["spec"], "securityContext": {"runAsNonRoot": False, "runAsUser": 0}}}
+    with pytest.raises(ApiError, match="violates PodSecurity"):
+        api.apply(root, dry_run=True, namespace=namespace)
