@@ -21,6 +21,7 @@ DEBS=(
 )
 
 [ -x "${python}" ] || die "${python} is missing: the transfer engine's wheels are cp311 (Debian: apt-get install python3.11), or E2E_PYTHON=<path>"
+"${python}" -m pip --version >/dev/null 2>&1 || die "${python} has no pip: it installs the transfer engine's wheels (Debian: apt-get install python3-pip), or E2E_PYTHON=<path>"
 command -v apt-get >/dev/null || die "no apt-get: libibverbs1 comes from Debian's packages (elsewhere: install libibverbs1 and libnl-route-3-200, and remove the lib folder check)"
 command -v dpkg-deb >/dev/null || die "no dpkg-deb: it unpacks the libibverbs1 package (apt-get install dpkg)"
 

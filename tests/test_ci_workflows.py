@@ -40,6 +40,7 @@ DEBIAN_COMMANDS = {
     "make": "make",
     "python3": "python3",  # Debian's 3.11: .venv, and install-e2e.sh's /usr/bin/python3.11
     "python3 -m venv": "python3-venv",
+    "python3 -m pip": "python3-pip",  # scripts/install-mooncake.sh: pip --target with Debian's python3.11
     "npm": "npm",  # scripts/install-helm.sh (npm pack)
     "cc": "gcc",  # install-e2e.sh's libcuda stand-in
     "cc's libc headers": "libc6-dev",
