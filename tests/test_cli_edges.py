@@ -170,6 +170,7 @@ API_CALLS = {
     "read_namespaced_pod_log": ("", "pods/log", {"get"}),
     "connect_get_namespaced_pod_portforward": ("", "pods/portforward", {"get", "create"}),
     "read_namespaced_endpoints": ("", "endpoints", {"get"}),
+    "list_namespaced_network_policy": ("networking.k8s.io", "networkpolicies", {"list"}),
     "list_namespaced_custom_object": ("workload.serving.volcano.sh", "modelservings", {"list"}),
     "get_namespaced_custom_object": ("workload.serving.volcano.sh", "modelservings", {"get"}),
     "list_namespaced_job": ("batch", "jobs", {"list"}),

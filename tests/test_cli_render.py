@@ -39,6 +39,10 @@ def test_render_writes_and_summarises(tmp_path: Path, version: str):
     ]:
         assert expected in summary
     assert len(summary.splitlines()) <= 24, "the summary must fit one screen"
+    # The guide's layout runs a Mooncake the known advisories name, on the host network: a
+    # warning on stderr (docs/security.md), never a refusal.
+    assert "Known advisories this deployment leaves reachable" in proc.stderr
+    assert "CVE-2026-103764 applies to Mooncake transfer engine 0.3.7.post2" in proc.stderr
 
 
 @pytest.mark.parametrize("values", sorted(paths.VALUES_DIR.glob("*.yaml")), ids=lambda p: p.stem)

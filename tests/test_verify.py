@@ -347,6 +347,7 @@ def test_collect_with_url_end_to_end(modelserving):
             timeout=10,
             progress=progress.append,
             canary_io=(engines.post, engines.get),
+            list_policies=lambda namespace: [],
         )
     finally:
         server.shutdown()
@@ -369,6 +370,21 @@ def test_collect_with_url_end_to_end(modelserving):
     assert [c.name for c in canary] == ["KV canary deepseek-pd-0-prefill-0-0 -> deepseek-pd-0-decode-0-0"]
     assert canary[0].detail == "vllm:external_prefix_cache_hits_total +10 for 10 prompt tokens"
     assert any("HTTP 200 for request " + REQUEST in line for line in progress)
+    # The guide's layout (v0.13.0's Mooncake on the host network, no NetworkPolicy): a warning of
+    # the known advisory, not a failed check.
+    assert [w.split(" applies")[0] for w in report.warnings] == ["engine.version: CVE-2026-103764"]
+
+
+def test_the_advisories_judge_the_live_releases_network_policies(modelserving):
+    """verify reads the namespace's NetworkPolicies: one that selects the engines closes the
+    'every pod reaches them' reason, never the host network's."""
+    policy = {
+        "kind": "NetworkPolicy",
+        "spec": {"podSelector": {"matchExpressions": [{"key": "app.kubernetes.io/component", "values": ["prefill"]}]}},
+    }
+    bare, fenced = verify.advisory_warnings(modelserving, []), verify.advisory_warnings(modelserving, [policy])
+    assert "networkPolicy.enabled is false" in bare[0] and "networkPolicy.enabled is false" not in fenced[0]
+    assert "engine.hostNetwork" in fenced[0]
 
 
 def test_the_canary_fails_verify_when_the_kv_cache_does_not_move(modelserving):

@@ -29,7 +29,7 @@ import json
 import re
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from mooncake_pd import chartfiles, kubeconfig, profiles
@@ -99,6 +99,9 @@ class Snapshot:
     metrics: dict[str, tuple[str, str]] = field(default_factory=dict)
     # The KV canary's result per pair (kv_canary.PairResult as a dict); None: it did not run.
     canary: list[dict[str, Any]] | None = None
+    # Known advisories the release's layout leaves reachable (mooncake_pd.advisories): warnings,
+    # never a failed check (the guide's own deployment is one of them).
+    advisories: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -112,6 +115,7 @@ class Check:
 class Report:
     checks: list[Check]
     transfers_ms: dict[str, list[float]]
+    warnings: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -119,7 +123,13 @@ class Report:
 
     def to_json(self) -> str:
         return json.dumps(
-            {"ok": self.ok, "checks": [asdict(c) for c in self.checks], "transfers_ms": self.transfers_ms}, indent=2
+            {
+                "ok": self.ok,
+                "checks": [asdict(c) for c in self.checks],
+                "transfers_ms": self.transfers_ms,
+                "warnings": self.warnings,
+            },
+            indent=2,
         )
 
 
@@ -250,7 +260,34 @@ def assess(snapshot: Snapshot) -> Report:
     """Every check of the guide, decided on a Snapshot."""
     report = _assess_request(snapshot)
     report.checks += canary_checks(snapshot)
+    report.warnings = list(snapshot.advisories)
     return report
+
+
+def advisory_warnings(modelserving: dict[str, Any], policies: list[dict[str, Any]]) -> list[str]:
+    """The known advisories the live release leaves reachable, judged on its ModelServing and the
+    namespace's NetworkPolicies as on a render (mooncake_pd.advisories.problems_from_objects)."""
+    from mooncake_pd import advisories
+    from mooncake_pd.errors import MooncakePdError
+
+    try:
+        return advisories.problems_from_objects([modelserving, *policies])
+    except (MooncakePdError, KeyError, IndexError) as e:  # a ModelServing the chart did not write
+        return [f"advisories: not judged ({e.__class__.__name__}: {e})"]
+
+
+def network_policies(core: Any, namespace: str) -> list[dict[str, Any]]:
+    """The namespace's NetworkPolicies as manifests ([] where the caller may not list them: the
+    advisories then judge the release as unprotected, which the warning says)."""
+    from kubernetes import client
+    from kubernetes.client.exceptions import ApiException
+
+    networking = client.NetworkingV1Api(core.api_client)
+    try:
+        items = networking.list_namespaced_network_policy(namespace).items
+    except ApiException:
+        return []
+    return [{"kind": "NetworkPolicy", **core.api_client.sanitize_for_serialization(p)} for p in items]
 
 
 def _assess_request(snapshot: Snapshot) -> Report:
@@ -530,6 +567,7 @@ def collect(
     canary_io: CanaryIO | None = None,
     run_canary: bool = True,
     api_key: str = "",
+    list_policies: Callable[[str], list[dict[str, Any]]] | None = None,
 ) -> Snapshot:
     modelserving = find_modelserving(custom, release, namespace)
     name = modelserving["metadata"]["name"]
@@ -565,6 +603,9 @@ def collect(
             break
         progress("waiting for the KV transfer log lines ...")
         time.sleep(5)
+    policies = (list_policies or (lambda ns: network_policies(core, ns)))(namespace)
+    warnings = advisory_warnings(modelserving, policies)
+    snapshot = replace(snapshot, advisories=warnings)
     if not run_canary:
         return snapshot
     config = canary_config(modelserving, pods, model)
@@ -572,7 +613,7 @@ def collect(
     post, get = canary_io or port_forward_io(core, namespace)
     canary = chartfiles.program("kv_canary")
     results = canary.run(config, canary.with_api_key(post, api_key), get)
-    return Snapshot(modelserving, pods, response, logs, error, snapshot.metrics, [asdict(r) for r in results])
+    return Snapshot(modelserving, pods, response, logs, error, snapshot.metrics, [asdict(r) for r in results], warnings)
 
 
 def served_name(modelserving: dict[str, Any]) -> str:

@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from mooncake_pd import cli, engines, helm, manifests, paths, summary, valuekeys, values_file, vllmflags
+from mooncake_pd import advisories, cli, engines, helm, manifests, paths, summary, valuekeys, values_file, vllmflags
 from mooncake_pd.commands import SUMMARIES
 
 
@@ -68,6 +68,17 @@ def run(args: argparse.Namespace) -> int:
         f"{' and '.join(validate.KUBERNETES_VERSIONS)} and the Kthena CRDs).\n"
     )
     print(summary.summarize(objects, engines.entry_runs(objects)))
+    # Known advisories of the deployed parts (scripts/mooncake_pd/advisories.yaml) that this
+    # layout leaves reachable: a warning, not a refusal, since the guide's own deployment (v0.13.0
+    # on the host network) is one of them and no engine version the chart offers is past every fix.
+    warnings = advisories.problems_from_objects(objects)
+    if warnings:
+        print(
+            "\nKnown advisories this deployment leaves reachable (docs/security.md):",
+            *warnings,
+            sep="\n  - ",
+            file=sys.stderr,
+        )
     return 0
 
 

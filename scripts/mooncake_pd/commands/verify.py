@@ -42,6 +42,8 @@ def run(args: argparse.Namespace) -> int:
             print(f"{'PASS' if check.ok else 'FAIL'}  {check.name}: {check.detail}")
         for request, ms in report.transfers_ms.items():
             print(f"KV transfer for {request}: {', '.join(f'{v:g}' for v in ms)} ms (one line per worker)")
+        for warning in report.warnings:
+            print(f"WARN  {warning}")
     return 0 if report.ok else 1
 
 
@@ -63,7 +65,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         "over (chart/files/kv_canary.py, which the helm-test pod and the optional CronJob run). "
         "Exit 0 when every check passes, 1 when one fails, 2 when there is no cluster, no release "
         "or no Kthena CRD.",
-        epilog="RBAC: get/list pods, get pods/log, get/create pods/portforward, get endpoints, get/list "
+        epilog="RBAC: get/list pods, get pods/log, get/create pods/portforward, get endpoints, list "
+        "networkpolicies (for the known advisories' warnings), get/list "
         "modelservings in the release's namespace (examples/rbac/mooncake-pd-tool.yaml).",
     )
     cli.add_release_options(ver, required=True, what="the release to check")
