@@ -184,3 +184,12 @@ def test_helm_test_script_judges_the_answer(
         server.shutdown()
     assert (proc.returncode == 0) is passes, proc.stdout + proc.stderr
     assert _Backend.received == [("/v1/chat/completions", json.loads(env["CHAT_REQUEST"]))]
+
+
+def test_a_zero_proxy_setting_reaches_the_proxy_and_null_leaves_the_scripts_default(render: Renderer):
+    """0 is a value: the retry delay 0 (no back-off) reaches --retry-delay; null writes no flag."""
+    args = render(overrides={"proxy": {"retryDelay": 0, "maxRetries": 1}}).one("Deployment")["spec"]["template"]
+    argv = args["spec"]["containers"][0]["args"]
+    assert argv[argv.index("--retry-delay") + 1] == "0" and argv[argv.index("--max-retries") + 1] == "1"
+    default = render().one("Deployment")["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert "--retry-delay" not in default and "--max-retries" not in default
