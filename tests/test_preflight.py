@@ -488,3 +488,63 @@ def test_rdma_warns_when_memory_cannot_be_pinned(tmp_path, monkeypatch, cap_eff,
         preflight.check_rdma({"resource": "rdma/hca_shared_devices_a"}, warnings) == "RDMA: 1 uverbs device (uverbs0)"
     )
     assert bool([w for w in warnings if "memlock limit of 65536 bytes" in w]) == warned
+
+
+# Mooncake's transfer engine: the preflight imports it as the connector will (profiles.yaml
+# transferEngine), so a shared library the image or node lacks is refused by name at start.
+NVIDIA_NIXL = {"accelerator": {"type": "nvidia"}, "decode": {"args": {"additional-config": None}}}
+
+
+@pytest.mark.parametrize(
+    ("transfer_engine", "pattern"),
+    [
+        (
+            "libibverbs.so.1",
+            r"cannot load libibverbs\.so\.1 .*, kvTransfer\.connector, run an engine image that carries",
+        ),
+        (None, r"\(mooncake\.engine\) does not import \(.*No module named 'mooncake'\), kvTransfer\.connector"),
+    ],
+)
+def test_a_transfer_engine_that_does_not_load_is_refused_naming_what_is_missing(
+    render: Renderer, transfer_engine: str | None, pattern: str
+):
+    assert re.search(pattern, refusal(render, transfer_engine=transfer_engine))
+
+
+def test_the_transfer_engine_check_switches_off_and_skips_connectors_without_mooncake(render: Renderer):
+    checks = {"model": True, "network": True, "ports": True, "devices": True, "hccn": "refuse", "transferEngine": False}
+    assert run(render, {"engine": {"preflight": {"checks": checks}}}, transfer_engine=None).argv
+    assert "mooncake.engine loads" in run(render).stderr
+    nixl = run(render, NVIDIA_NIXL, transfer_engine=None)
+    assert "mooncake.engine" not in nixl.stderr
+
+
+@pytest.mark.parametrize("version", ["0.3.7.post2", "0.3.13.post1"])
+def test_the_real_transfer_engine_is_refused_without_libibverbs_and_loads_with_it(version: str, tmp_path):
+    """The real wheel (scripts/install-mooncake.sh: vLLM-Ascend v0.13.0's release and the newest)
+    in the e2e image's Python: without the folder holding libibverbs.so.1 the loader fails and the
+    preflight names the library; with it, the import passes. Only the transfer-engine check runs."""
+    import os
+    import subprocess
+
+    from mooncake_pd import paths
+    from support.localpods import E2E_VENV
+    from support.pdcheck import MOONCAKE_TOOLS
+
+    if not (MOONCAKE_TOOLS / ".installed").exists():
+        pytest.fail(f"Mooncake's transfer engine is missing ({MOONCAKE_TOOLS}): run scripts/install-mooncake.sh")
+    settings = {
+        "role": "prefill",
+        "checks": {"model": False, "network": False, "ports": False, "devices": False, "hccn": "off"},
+        "transferEngine": "mooncake.engine",
+        "terminationLog": str(tmp_path / "termination-log"),
+    }
+    argv = [str(E2E_VENV / "bin" / "python3"), str(paths.CHART / "files" / "preflight.py"), json.dumps(settings)]
+    base = {"PATH": os.environ["PATH"], "PYTHONPATH": str(MOONCAKE_TOOLS / version)}
+    bare = subprocess.run(argv, env=base, capture_output=True, text=True, timeout=120)
+    assert bare.returncode == EX_CONFIG, bare.stderr
+    assert "cannot load libibverbs.so.1" in bare.stderr and "kvTransfer.connector" in bare.stderr
+    fitted = subprocess.run(
+        argv, env={**base, "LD_LIBRARY_PATH": str(MOONCAKE_TOOLS / "lib")}, capture_output=True, text=True, timeout=120
+    )
+    assert fitted.returncode == 0 and "mooncake.engine loads" in fitted.stderr, fitted.stderr

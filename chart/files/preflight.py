@@ -386,6 +386,44 @@ def check_rdma(rdma: dict, warnings: list[str]) -> str:
     return f"RDMA: {len(verbs)} uverbs device{'s' if len(verbs) > 1 else ''} ({', '.join(verbs)})"
 
 
+# The loader's words for a shared library it cannot find (glibc's dlopen, through Python's
+# ImportError): "libibverbs.so.1: cannot open shared object file: No such file or directory".
+LIBRARY_MISSING = re.compile(r"([\w.+-]+\.so[\w.]*): cannot open shared object file")
+# Importing the transfer engine loads its shared libraries and nothing else: seconds. A minute
+# leaves room for a slow node's disk.
+IMPORT_TIMEOUT_S = 60
+
+
+def check_transfer_engine(module: str, key: str, warnings: list[str]) -> str:
+    """Import Mooncake's transfer engine as the connector will (`module`, profiles.yaml
+    transferEngine), in this image's Python, in a child process: the real loader judges whether
+    the node and image have every shared library it needs. A missing one is refused by name."""
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-c", f"import {module}"], capture_output=True, text=True, timeout=IMPORT_TIMEOUT_S
+        )
+    except subprocess.TimeoutExpired:
+        warnings.append(f"{PREFIX} warning: importing {module} took over {IMPORT_TIMEOUT_S} s; not judged")
+        return f"{module} not judged"
+    if proc.returncode == 0:
+        return f"{module} loads"
+    lines = proc.stderr.strip().splitlines()
+    last = lines[-1] if lines else f"exit {proc.returncode}"
+    missing = LIBRARY_MISSING.search(proc.stderr)
+    if missing:
+        raise Refusal(
+            f"Mooncake's transfer engine ({module}) cannot load {missing[1]} ({last})",
+            key,
+            f"run an engine image that carries {missing[1]} (libibverbs.so.1 is rdma-core's libibverbs1, "
+            "libnuma.so.1 libnuma1, libcurl.so.4 libcurl4), or choose a connector without Mooncake",
+        )
+    raise Refusal(
+        f"Mooncake's transfer engine ({module}) does not import ({last})",
+        key,
+        "run an engine image with Mooncake's transfer engine installed, or choose a connector without Mooncake",
+    )
+
+
 def run(settings: dict, env: dict) -> tuple[str, str, list[str]]:
     """(hf-overrides JSON or "", summary line, warnings). Raises Refusal."""
     checks = settings["checks"]
@@ -412,6 +450,9 @@ def run(settings: dict, env: dict) -> tuple[str, str, list[str]]:
     # RDMA between nodes, where accelerator.rdma is on (the pod template says so in RDMA_ENV).
     if checks["devices"] and env.get(RDMA_ENV):
         notes.append(check_rdma(json.loads(env[RDMA_ENV]), warnings))
+    # Mooncake's transfer engine, where the connector loads it (settings transferEngine).
+    if settings.get("transferEngine"):
+        notes.append(check_transfer_engine(settings["transferEngine"], "kvTransfer.connector", warnings))
     # The NPU network check, where the profile mounts hccn.conf (the Ascend ones).
     if "hccnConf" in settings and checks["hccn"] != "off":
         notes.append(check_hccn(settings, devices, warnings))

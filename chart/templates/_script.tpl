@@ -163,6 +163,12 @@ values key each check answers to. Context: (dict "root" $ "role" "prefill"). */}
 {{- range $key := list "hccnConf" "hccnTool" }}
 {{- with get $mounts $key }}{{ $_ := set $settings $key . }}{{ end }}
 {{- end }}
+{{- /* The connector's transfer engine module, imported by the preflight (checks.transferEngine). */ -}}
+{{- $transferEngine := (include "mooncake-pd.profile.connectorData" $root | fromJson).transferEngine | default "" }}
+{{- if and $transferEngine (get $settings.checks "transferEngine") }}
+{{- $_ := set $settings "transferEngine" $transferEngine }}
+{{- end }}
+{{- $_ := unset $settings.checks "transferEngine" }}
 {{- if not $profile.resourceName }}
 {{- /* No device to count (the cpu profile). */ -}}
 {{- $_ := set $settings.checks "devices" false }}

@@ -146,6 +146,9 @@ class Node:
     # /dev/infiniband's devices where the pod has accelerator.rdma on (the RDMA device plugin's);
     # None: no /dev/infiniband.
     infiniband: tuple[str, ...] | None = ("rdma_cm", "umad0", "uverbs0")
+    # Mooncake's transfer engine in the image, as the preflight imports it: "" loads; a library
+    # name (libibverbs.so.1) fails to load as the loader says it; None: not installed.
+    transfer_engine: str | None = ""
 
 
 def hccn_tool_script(node: Node) -> str:
@@ -180,6 +183,12 @@ def node_files(container: dict[str, Any], env: dict[str, str], node: Node) -> di
         files.update({f"/dev/infiniband/{name}": scriptrun.NodeFile("") for name in node.infiniband})
     for nic in node.nics or ():
         files[f"/sys/class/net/{nic}/operstate"] = scriptrun.NodeFile("up\n")
+    if node.transfer_engine is not None:
+        # The package's module, which loads, or fails the way a missing shared library fails.
+        missing = f"{node.transfer_engine}: cannot open shared object file: No such file or directory"
+        engine = f"raise ImportError({missing!r})\n" if node.transfer_engine else ""
+        files[f"{scriptrun.IMAGE_PYTHON_PATH}mooncake/__init__.py"] = scriptrun.NodeFile("")
+        files[f"{scriptrun.IMAGE_PYTHON_PATH}mooncake/engine.py"] = scriptrun.NodeFile(engine)
     return files
 
 

@@ -77,6 +77,9 @@ class NodeFile:
 
 
 TERMINATION_LOG = "/dev/termination-log"
+# Node files under this prefix are Python modules of the image (a stand-in of Mooncake's transfer
+# engine, which the preflight imports): written to a folder on the run's PYTHONPATH instead.
+IMAGE_PYTHON_PATH = "/image-python/"
 
 
 def run(
@@ -110,8 +113,13 @@ def run(
         for name, text in (beside or {}).items():
             (tmpdir / name).write_text(text)
         root = tmpdir / "root"
+        site = tmpdir / "image-python"
+        site.mkdir()
         for path, file in {TERMINATION_LOG: NodeFile(""), **(node or {})}.items():
-            target = root / path.lstrip("/")
+            if path.startswith(IMAGE_PYTHON_PATH):
+                target = site / path.removeprefix(IMAGE_PYTHON_PATH)
+            else:
+                target = root / path.lstrip("/")
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_text(file.text)
             target.chmod(0o755 if file.executable else 0o644)
@@ -127,6 +135,7 @@ def run(
             "PATH": path,
             "MOONCAKE_PD_STUB_OUT": str(out),
             "MOONCAKE_PD_ROOT": str(root),
+            "PYTHONPATH": os.pathsep.join(filter(None, [str(site), env.get("PYTHONPATH", "")])),
             "PYTHONCOERCECLOCALE": "0",
         }
         proc = subprocess.run(
@@ -137,6 +146,12 @@ def run(
             raise ScriptFailed(proc.returncode, proc.stderr, log)
         recorded = json.loads(out.read_text())
     env_out = {k: v for k, v in recorded["env"].items() if k not in NOT_EXPORTED} | written
+    # The image's stand-in modules were this run's, not the pod's: the pod's own PYTHONPATH, if any.
+    if env_out.get("PYTHONPATH") == full_env["PYTHONPATH"]:
+        if env.get("PYTHONPATH"):
+            env_out["PYTHONPATH"] = env["PYTHONPATH"]
+        else:
+            del env_out["PYTHONPATH"]
     return Run(argv=recorded["argv"], env=env_out, stderr=proc.stderr)
 
 
