@@ -157,3 +157,16 @@ def test_network_policy_lets_in_kthenas_autoscaler_for_pod_metrics(render):
     assert not netpol.allowed(
         policies, netpol.Pod({"app.kubernetes.io/component": "kthena-controller-manager"}), prefill, 7100
     )
+
+
+def test_a_restricted_proxy_still_lets_in_the_helm_test_and_the_benchmark(render):
+    """networkPolicy.proxyFrom narrows who reaches the proxy; the chart's own clients of it, the
+    helm test pod and the benchmark Job (which sends its load through the proxy), stay allowed."""
+    clients = [{"namespaceSelector": {"matchLabels": {"team": "a"}}}]
+    values = {"networkPolicy": {"enabled": True, "proxyFrom": clients}, "benchmark": {"enabled": True}}
+    proxy = render(overrides=values).one("NetworkPolicy", "deepseek-pd-proxy")
+    peers = proxy["spec"]["ingress"][0]["from"]
+    assert peers[0] == clients[0]
+    assert [p["podSelector"]["matchLabels"]["app.kubernetes.io/component"] for p in peers[1:]] == ["test", "benchmark"]
+    without = render(overrides={"networkPolicy": values["networkPolicy"]}).one("NetworkPolicy", "deepseek-pd-proxy")
+    assert len(without["spec"]["ingress"][0]["from"]) == 2, "no benchmark, no peer for it"
