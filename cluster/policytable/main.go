@@ -20,10 +20,17 @@
 // "ingress": {"allowedBy": [...], "deniedBy": [...]}, "egress": {...}}]}, one per probe in
 // order; allowedBy/deniedBy name the policies (namespace/name) whose targets select the pod.
 // Bad input exits 1 with one line on stderr naming the field.
+//
+// `policytable --sources` prints the SHA-256 of the files it was built from (main.go, go.mod,
+// go.sum, embedded at build time), so a binary older than its sources is told apart by content,
+// not by file times (which a checkout or a restored cache sets).
 package main
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"embed"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -35,6 +42,23 @@ import (
 	v1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 )
+
+//go:embed main.go go.mod go.sum
+var sources embed.FS
+
+// sourceDigests maps each embedded file to its SHA-256 (hex).
+func sourceDigests() map[string]string {
+	out := map[string]string{}
+	for _, name := range []string{"main.go", "go.mod", "go.sum"} {
+		data, err := sources.ReadFile(name)
+		if err != nil {
+			panic(err)
+		}
+		sum := sha256.Sum256(data)
+		out[name] = hex.EncodeToString(sum[:])
+	}
+	return out
+}
 
 type endpoint struct {
 	Name            string            `json:"name"`
@@ -213,11 +237,12 @@ func run(stdin io.Reader, stdout io.Writer) (err error) {
 
 func main() {
 	if len(os.Args) > 1 {
-		if os.Args[1] == "--version" {
-			fmt.Println("policytable (cyclonus v0.5.6 pkg/matcher)")
+		if os.Args[1] == "--sources" {
+			data, _ := json.Marshal(sourceDigests())
+			fmt.Println(string(data))
 			return
 		}
-		fmt.Fprintln(os.Stderr, "usage: policytable < input.json (no arguments; see the comment in main.go): "+strconv.Quote(os.Args[1]))
+		fmt.Fprintln(os.Stderr, "usage: policytable < input.json, or policytable --sources (see main.go); not "+strconv.Quote(os.Args[1]))
 		os.Exit(2)
 	}
 	if err := run(os.Stdin, os.Stdout); err != nil {

@@ -15,6 +15,8 @@ markdown.
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import json
 import re
 import subprocess
@@ -228,15 +230,20 @@ def outside_sources(pods: list[Endpoint], kthena_namespace: str = "kthena-system
     return sources
 
 
+@functools.cache
 def binary() -> Path:
-    """The built program; refused when missing or older than its sources."""
+    """The built program; refused when missing or built from other sources than cluster/policytable
+    holds (the program embeds its main.go, go.mod and go.sum and prints their SHA-256 with
+    --sources: make cluster-tools reuses a built folder whatever its sources say)."""
     path = build.components()["policytable"].binary("policytable")
     if not path.is_file():
         raise PolicyTableError(f"{path} missing: run `make cluster-tools` (cluster/components.yaml, policytable)")
-    newest = max(p.stat().st_mtime for p in PROGRAM_DIR.iterdir() if p.suffix in (".go", ".mod", ".sum"))
-    if path.stat().st_mtime < newest:
+    proc = subprocess.run([str(path), "--sources"], capture_output=True, text=True, timeout=TIMEOUT_SECONDS)
+    built = json.loads(proc.stdout) if proc.returncode == 0 else {}
+    here = {name: hashlib.sha256((PROGRAM_DIR / name).read_bytes()).hexdigest() for name in built or ("main.go",)}
+    if not built or built != here:
         raise PolicyTableError(
-            f"{path} is older than cluster/policytable: remove {path.parent} and run `make cluster-tools`"
+            f"{path} was built from other sources than {PROGRAM_DIR}: remove {path.parent} and run `make cluster-tools`"
         )
     return path
 
