@@ -172,14 +172,10 @@ EXPECTED = {
 }
 
 # Cells where the chart's policies differ from the threat model today: (case, source, column).
-# test_the_tables_equal_the_threat_model holds every other cell; the xfail test below holds these
-# (the benchmark kept from the proxy under proxyFrom, found here, was fixed in 090f593).
-PROMETHEUS_IMPOSTOR = {
-    (case, "Prometheus labels, another namespace", column)
-    for case in ("proxy-optional", "proxy-from", "kthena-optional", "kthena-autoscaling")
-    for column in ("prefill:server", "decode:server")
-}
-KNOWN_GAPS = PROMETHEUS_IMPOSTOR
+# None: the benchmark kept from the proxy under proxyFrom (fixed in 090f593) and a
+# Prometheus-labelled pod of any namespace let into the serving ports by prometheusFrom's default
+# (fixed by defaulting its namespace to monitoring), both found here.
+KNOWN_GAPS: set[tuple[str, str, str]] = set()
 
 
 def _table(render, case: str) -> policytable.Table:
@@ -216,19 +212,12 @@ def test_the_tables_equal_the_threat_model(render, case: str):
     assert known - found == set(), "known gaps that no longer differ: remove them from KNOWN_GAPS (and the xfail)"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="networkPolicy.prometheusFrom's default (namespaceSelector: {}, podSelector app.kubernetes.io/name: "
-    "prometheus) lets any pod of any namespace that wears that label reach the engines' serving port (the "
-    "unauthenticated OpenAI API and /metrics) whenever metrics.podMonitor is on. Fix in chart/values.yaml: "
-    "default the peer's namespaceSelector to Prometheus' namespace (matchLabels: {kubernetes.io/metadata.name: "
-    "monitoring}), documented as 'set it to where your Prometheus runs'",
-)
 def test_only_prometheus_namespace_may_scrape_the_engines(render):
-    found = set()
-    for case in sorted({case for case, _, _ in PROMETHEUS_IMPOSTOR}):
-        found |= _gaps(case, _table(render, case)) & PROMETHEUS_IMPOSTOR
-    assert found == set()
+    """A pod that wears Prometheus' labels in another namespace reaches no engine port, in every
+    case where the PodMonitor is on."""
+    for case in ("proxy-optional", "proxy-from", "kthena-optional", "kthena-autoscaling"):
+        row = _table(render, case).rows["Prometheus labels, another namespace"]
+        assert {row[c] for c in ("prefill:server", "decode:server")} == {policytable.NO}, case
 
 
 def test_without_networkpolicy_every_connection_is_allowed(render):
