@@ -170,3 +170,17 @@ def test_a_restricted_proxy_still_lets_in_the_helm_test_and_the_benchmark(render
     assert [p["podSelector"]["matchLabels"]["app.kubernetes.io/component"] for p in peers[1:]] == ["test", "benchmark"]
     without = render(overrides={"networkPolicy": values["networkPolicy"]}).one("NetworkPolicy", "deepseek-pd-proxy")
     assert len(without["spec"]["ingress"][0]["from"]) == 2, "no benchmark, no peer for it"
+
+
+def test_the_chart_renders_no_egress_policy(render):
+    """docs/security.md's `egress` row: the chart restricts who reaches its pods, never where they
+    connect (the download init container reaches its hub, engines their peers); a rendered Egress
+    policy would change what that row and the threat model say."""
+    everything = {
+        "networkPolicy": {"enabled": True},
+        "benchmark": {"enabled": True},
+        "metrics": {"podMonitor": {"enabled": True}},
+    }
+    for overrides in (everything, {**everything, "router": {"type": "kthena"}, "decode": {"port": 7100}}):
+        policies = render(overrides=overrides).find("NetworkPolicy")
+        assert policies and {tuple(p["spec"]["policyTypes"]) for p in policies} == {("Ingress",)}
