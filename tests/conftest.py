@@ -133,6 +133,20 @@ def cluster(tmp_path_factory: pytest.TempPathFactory):
         instance.down()
 
 
+@pytest.fixture(scope="session")
+def references():
+    """The e2e's tiny models and plain reference engines (tests/support/reference.py): each made
+    or started once per session where the e2e modules share a model and flags, and stopped by PID
+    at the end, also when a test fails."""
+    from support.reference import References
+
+    instance = References()
+    try:
+        yield instance
+    finally:
+        instance.close()
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """The conformance module first: it runs real programs for over a minute in one process
     (`make test` keeps each module on one worker), so it should not be the last to start."""

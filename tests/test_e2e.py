@@ -67,12 +67,11 @@ from support.pdcheck import (
     engine,
     judge,
     local_run,
-    make_tiny_model,
     metrics_url,
-    plain_engine_shim,
-    render,
+    pd_setup,
     version_values,
 )
+from support.reference import References
 from support.series import Recorder, traffic_until
 
 pytestmark = pytest.mark.e2e
@@ -152,7 +151,7 @@ def _spec(objects, kind: str, name: str) -> tuple[dict[str, Any], dict[str, Any]
 
 
 @pytest.fixture(scope="module", params=E2E_PARAMS)
-def e2e(request: pytest.FixtureRequest) -> Run:
+def e2e(request: pytest.FixtureRequest, references: References) -> Run:
     result = Run(version=request.param)
 
     def summary(run: LocalRun) -> dict[str, Any]:
@@ -161,37 +160,30 @@ def e2e(request: pytest.FixtureRequest) -> Run:
 
     venv = E2E_VENVS[result.version]
     with local_run(out_dir(result.version), f"mooncake-pd-e2e-{result.version}-", summary, (E2E_VENV, venv)) as run:
-        _run(result, run)
+        _run(result, run, references)
     return result
 
 
-def _run(result: Run, run: LocalRun) -> None:
+def _run(result: Run, run: LocalRun, references: References) -> None:
     processes, base = run.processes, run.base
-    models = base / "models"
     clock = time.monotonic()
-    make_tiny_model(run, models / "tiny", base / "other-weights")
+    setup = pd_setup(run, version_values(result.version), make_model=references.tiny_model)
     result.timings["model"] = time.monotonic() - clock
-
-    objects = render(models, version_values(result.version))
+    objects, roles, network, work = setup.objects, setup.roles, setup.network, setup.work
     assert manifests.one(objects, "ModelServing")["metadata"]["annotations"]["mooncake-pd/engine-version"] == (
         result.version
     )
-    roles = {r["name"]: r for r in manifests.one(objects, "ModelServing")["spec"]["template"]["roles"]}
-    network = Network()
-    network.add_services(objects)
-    work = base / "pods"
 
-    # 1. One plain engine: decode's script and flags without the KV connector, the reference.
+    # 1. One plain engine: decode's script and flags without the KV connector, the reference
+    # (started once per session for the modules whose plain engine is the same: support/reference.py).
     clock = time.monotonic()
-    pod, decode_plain = engine(objects, roles["decode"], work / "plain", network)
-    decode_plain.env["PATH"] = f"{plain_engine_shim(base / 'plain-bin')}:{decode_plain.env['PATH']}"
-    plain = processes.run(decode_plain, "plain-engine", ENGINE_NICE)
-    result.timings["plain_ready"] = wait_ready(plain, f"http://127.0.0.1:{PLAIN_PORT}/health", READY_TIMEOUT)
-    result.reference, _ = completions(f"http://127.0.0.1:{PLAIN_PORT}", concurrent=False)
+    reference = references.engine(run, setup, f"test_e2e[{result.version}]")
+    result.timings["plain_ready"] = reference.ready_s
+    result.reference = reference.completions()
     plain_network = Network()
     plain_network.add("deepseek-pd-proxy.default.svc", 8080, PLAIN_PORT)
-    result.bench_logs["plain engine"] = _bench(objects, base / "bench-plain", plain_network, processes)
-    processes.stop(plain)
+    with reference.serving():
+        result.bench_logs["plain engine"] = _bench(objects, base / "bench-plain", plain_network, processes)
     result.timings["plain_total"] = time.monotonic() - clock
 
     # 2. The PD pair, started by the chart's scripts, and the proxy in vLLM's CPU image's Python.

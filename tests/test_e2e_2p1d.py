@@ -35,11 +35,11 @@ from support.pdcheck import (
     engine,
     judge,
     local_run,
-    make_tiny_model,
     metrics_url,
     render,
 )
 from support.proxyargs import parse_proxy_args
+from support.reference import References
 
 # In `make test-all` only: the proxy's choice between two prefills and the per-replica Services
 # it is given; the render tests check those Services and the proxy's flags in the gate, and the
@@ -65,7 +65,7 @@ class Topology:
 
 
 @pytest.fixture(scope="module")
-def topology() -> Topology:
+def topology(references: References) -> Topology:
     result = Topology()
 
     def summary(run: LocalRun) -> dict[str, Any]:
@@ -77,14 +77,15 @@ def topology() -> Topology:
         }
 
     with local_run(OUT, "mooncake-pd-2p1d-", summary) as run:
-        _run(result, run)
+        _run(result, run, references)
     return result
 
 
-def _run(result: Topology, run: LocalRun) -> None:
+def _run(result: Topology, run: LocalRun, references: References) -> None:
     processes, base = run.processes, run.base
     models = base / "models"
-    make_tiny_model(run, models / "tiny", base / "other")
+    # The session's tiny model (support/reference.py), made once.
+    references.tiny_model(run, models / "tiny", base / "other")
     objects = render(models, {"prefill.replicas": 2})
     roles = {r["name"]: r for r in manifests.one(objects, "ModelServing")["spec"]["template"]["roles"]}
     network = Network()

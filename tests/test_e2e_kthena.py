@@ -50,8 +50,8 @@ from support.pdcheck import (
     judge,
     local_run,
     pd_setup,
-    start_plain_engine,
 )
+from support.reference import References
 
 pytestmark = [pytest.mark.e2e, pytest.mark.e2e_kthena]
 
@@ -83,7 +83,7 @@ class RouterRun:
 
 
 @pytest.fixture(scope="module")
-def routed(cluster) -> RouterRun:
+def routed(cluster, references: References) -> RouterRun:
     result = RouterRun()
 
     def summary(run: LocalRun) -> dict[str, Any]:
@@ -99,13 +99,16 @@ def routed(cluster) -> RouterRun:
         }
 
     with local_run(OUT, "mooncake-pd-kthena-", summary) as run:
-        _run(result, run, cluster)
+        _run(result, run, cluster, references)
     return result
 
 
+def chat_body() -> dict[str, Any]:
+    return {"model": "tiny", "messages": CHAT, "max_tokens": MAX_TOKENS, "temperature": 0}
+
+
 def chat(base: str) -> str:
-    body = {"model": "tiny", "messages": CHAT, "max_tokens": MAX_TOKENS, "temperature": 0}
-    answer = post_json(f"{base}/v1/chat/completions", body)
+    answer = post_json(f"{base}/v1/chat/completions", chat_body())
     return str(answer["choices"][0]["message"]["content"])
 
 
@@ -126,17 +129,17 @@ def streamed(base: str, prompt: str) -> tuple[str, bool]:
     return "".join(text), done
 
 
-def _run(result: RouterRun, run: LocalRun, cluster) -> None:
+def _run(result: RouterRun, run: LocalRun, cluster, references: References) -> None:
     clock = time.monotonic()
-    setup = pd_setup(run, VALUES)
+    setup = pd_setup(run, VALUES, make_model=references.tiny_model)
     result.timings["model_and_render"] = time.monotonic() - clock
 
-    # 1. The reference: decode's flags without the connector, on one plain engine.
+    # 1. The reference: decode's flags without the connector, on one plain engine (the NIXL run's,
+    # where it is the same engine: support/reference.py).
     clock = time.monotonic()
-    plain, plain_url = start_plain_engine(run, setup)
-    result.reference, _ = completions(plain_url, concurrent=False)
-    result.reference_chat = chat(plain_url)
-    run.processes.stop(plain)
+    reference = references.engine(run, setup, "test_e2e_kthena")
+    result.reference = reference.completions()
+    result.reference_chat = str(reference.post("/v1/chat/completions", chat_body())["choices"][0]["message"]["content"])
     result.timings["plain_engine"] = time.monotonic() - clock
 
     # 2. The release as rendered (its helm hooks, the test pod and the benchmark Job, are run

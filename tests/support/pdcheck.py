@@ -253,20 +253,27 @@ def engine(
     network: Network,
     replica: int = 0,
     address: str = "127.0.0.1",
+    host_paths: dict[str, Path] | None = None,
 ) -> tuple[engines.PodIdentity, Container]:
     """A role's entry pod (replica `replica` at `address`), ready to run with the env Kthena and
-    the chart give it."""
+    the chart give it; `host_paths`: a hostPath volume's path -> the local folder it is here."""
     template = role["entryTemplate"]
     container = template["spec"]["containers"][0]
     pod = engines.PodIdentity("deepseek-pd", 0, role["name"], replica, ip=address)
     env = {**engines.container_env(container, pod), "PYTHONUNBUFFERED": "1"}
-    prepared = prepare(objects, template["spec"], container, workdir / pod.name, network, env_base=env, address=address)
+    prepared = prepare(objects, template["spec"], container, workdir / pod.name, network, env, host_paths, address)
     return pod, prepared
 
 
 def metrics_url(role: dict[str, Any], address: str = "127.0.0.1") -> str:
     ports = role["entryTemplate"]["spec"]["containers"][0]["ports"]
     return f"http://{address}:{next(p['containerPort'] for p in ports if p['name'] == 'server')}/metrics"
+
+
+# The plain engine's shim writes what it runs (the real vllm, its argv, its env with PATH as the
+# engine gets it) as JSON to the file PLAIN_RECORD names; with PLAIN_DRY_RUN set it then exits
+# instead: what a start script would run, without an engine (tests/support/reference.py).
+PLAIN_RECORD, PLAIN_DRY_RUN = "MOONCAKE_PD_PLAIN_RECORD", "MOONCAKE_PD_PLAIN_DRY_RUN"
 
 
 def plain_engine_shim(folder: Path) -> Path:
@@ -277,7 +284,7 @@ def plain_engine_shim(folder: Path) -> Path:
     shim = folder / "vllm"
     shim.write_text(
         f"""#!/usr/bin/env python3
-import os, shutil, sys
+import json, os, shutil, sys
 here = os.path.dirname(os.path.abspath(__file__))
 rest = os.pathsep.join(p for p in os.environ["PATH"].split(os.pathsep) if os.path.abspath(p) != here)
 real = shutil.which("vllm", path=rest)
@@ -291,6 +298,12 @@ for i, word in enumerate(argv):
         out[-1:] = ["--port", "{PLAIN_PORT}"]
     else:
         out.append(word)
+record, dry = os.environ.pop("{PLAIN_RECORD}", ""), os.environ.pop("{PLAIN_DRY_RUN}", "")
+if record:
+    with open(record, "w") as f:
+        json.dump({{"vllm": real, "argv": out, "env": {{**os.environ, "PATH": rest}}}}, f)
+if dry:
+    sys.exit(0)
 os.execv(real, ["vllm", *out])
 """
     )
@@ -300,24 +313,34 @@ os.execv(real, ["vllm", *out])
 
 @dataclass
 class PdSetup:
-    """A run's render of the cpu preset for its tiny model, with cluster DNS for its Services."""
+    """A run's render of the cpu preset for its tiny model, with cluster DNS for its Services;
+    `models`: the folder the model lies in (model.storage.hostPath), its tiny model in tiny/."""
 
     objects: list[manifests.Manifest]
     roles: dict[str, dict[str, Any]]
     network: Network
     work: Path
+    models: Path
 
 
-def pd_setup(run: LocalRun, values: dict[str, Any] | None = None, kv_heads: int = 0) -> PdSetup:
-    """The tiny model made under the run's folder and the chart rendered for it (scripts/
-    ttft_split.py and scripts/drills.py start from here)."""
+# What makes a run's tiny model (make_tiny_model's arguments); the e2e tests pass the session's
+# References.tiny_model, which copies one made once per session.
+MakeModel = Callable[[LocalRun, Path, Path, int], None]
+
+
+def pd_setup(
+    run: LocalRun, values: dict[str, Any] | None = None, kv_heads: int = 0, make_model: MakeModel | None = None
+) -> PdSetup:
+    """The tiny model made under the run's folder (tiny/ in run.base/models, weights of the same
+    shapes in run.base/other-weights) and the chart rendered for it (scripts/ttft_split.py and
+    scripts/drills.py start from here)."""
     models = run.base / "models"
-    make_tiny_model(run, models / "tiny", run.base / "other-weights", kv_heads)
+    (make_model or make_tiny_model)(run, models / "tiny", run.base / "other-weights", kv_heads)
     objects = render(models, values)
     roles = {r["name"]: r for r in manifests.one(objects, "ModelServing")["spec"]["template"]["roles"]}
     network = Network()
     network.add_services(objects)
-    return PdSetup(objects, roles, network, run.base / "pods")
+    return PdSetup(objects, roles, network, run.base / "pods", models)
 
 
 def start_plain_engine(run: LocalRun, setup: PdSetup) -> tuple[Proc, str]:
