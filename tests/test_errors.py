@@ -17,6 +17,7 @@ from mooncake_pd.errors import BAD_INPUT, FAILED, MooncakePdError
 
 # Every exception class of the package and the exit code the CLI gives it.
 EXIT_CODES = {
+    "mooncake_pd.advisories.AdvisoryError": BAD_INPUT,
     "mooncake_pd.architectures.ArchitectureError": BAD_INPUT,
     "mooncake_pd.autoscale.model.AutoscaleError": BAD_INPUT,
     "mooncake_pd.bench.BenchError": BAD_INPUT,

@@ -1030,7 +1030,10 @@ def test_an_unknown_architecture_has_a_way_forward(tmp_path: Path):
     assert proc.returncode == 0, proc.stderr
     # 28 layers x 2 KV heads of 1536 / 12 = 128 over TP 2: 2 x 28 x 1 x 128 x 2 = 14,336.
     assert re.search(r"^prefill +2 x 4 +14,336 ", proc.stderr, re.M)
-    assert "WARNING" not in proc.stderr
+    # The stand-in's own support is not the model's: the header says what was estimated as what.
+    said = "MambaForCausalLM is estimated as Qwen2ForCausalLM (--architecture); whether vLLM-Ascend runs"
+    assert said in proc.stderr and said in as_qwen2.read_text()
+    assert "support not recorded" in proc.stderr
     by_hand = tmp_path / "by-hand.yaml"
     figures = ["--kv-bytes-per-token", "40000", "--weights-gib", "20"]
     proc = cli("generate", "--model-dir", unknown, *figures, "-o", by_hand)
@@ -1081,9 +1084,9 @@ def test_kimi_k2_needs_remote_code_and_is_mla():
 @pytest.mark.parametrize(
     ("architecture", "message"),
     [
-        ("DeepseekV3ForCausalLM", "config.json: kv_lora_rank: missing or not an integer, which DeepseekV3ForCausalLM"),
-        ("GptOssForCausalLM", "config.json: sliding_window: missing or not an integer, which GptOssForCausalLM reads"),
-        ("Qwen3NextForCausalLM", "linear_conv_kernel_dim, linear_num_key_heads, linear_num_value_heads"),
+        ("DeepseekV3ForCausalLM", "kv_lora_rank: missing, which DeepseekV3ForCausalLM reads"),
+        ("GptOssForCausalLM", "sliding_window: missing, which GptOssForCausalLM reads"),
+        ("Qwen3NextForCausalLM", "linear_conv_kernel_dim: missing, which Qwen3NextForCausalLM reads"),
     ],
 )
 def test_an_architecture_that_does_not_fit_the_config_is_refused_naming_the_field(architecture: str, message: str):
@@ -1093,3 +1096,40 @@ def test_an_architecture_that_does_not_fit_the_config_is_refused_naming_the_fiel
     assert proc.returncode == 2, proc.stderr
     assert "Traceback" not in proc.stderr
     assert message in proc.stderr
+
+
+# MiniMax-M2.5's config.json as it names its sizes (MiniMaxM2ForCausalLM; the public config's
+# keys): experts are num_local_experts, the expert MLP intermediate_size. Estimated as
+# Qwen3MoeForCausalLM it was sized as a dense model of intermediate_size 1536 (~50x too small).
+MINIMAX_M2_5 = {
+    "architectures": ["MiniMaxM2ForCausalLM"],
+    "model_type": "minimax_m2",
+    "hidden_size": 3072,
+    "num_attention_heads": 48,
+    "num_key_value_heads": 8,
+    "head_dim": 128,
+    "num_hidden_layers": 62,
+    "intermediate_size": 1536,
+    "num_local_experts": 256,
+    "num_experts_per_tok": 8,
+    "max_position_embeddings": 196608,
+    "vocab_size": 200064,
+    "torch_dtype": "bfloat16",
+}
+
+
+def test_a_stand_in_architecture_is_refused_where_it_would_size_the_model_wrong(tmp_path: Path):
+    """--architecture X sizes the model as X reads it: a field X reads that the config lacks, or
+    one the config sets that X ignores and that changes the size, is refused by name (exit 2);
+    the figures by hand stay the way forward."""
+    folder = tmp_path / "MiniMax-M2.5"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps(MINIMAX_M2_5))
+    proc = cli("generate", "--model-dir", folder, "--architecture", "Qwen3MoeForCausalLM")
+    assert proc.returncode == 2, proc.stderr
+    assert "num_experts: missing, which Qwen3MoeForCausalLM reads" in proc.stderr
+    assert "num_local_experts: set (256), which Qwen3MoeForCausalLM ignores" in proc.stderr
+    assert "--kv-bytes-per-token and --weights-gib" in proc.stderr
+    # A dense stand-in ignores the experts just the same.
+    dense = cli("generate", "--model-dir", folder, "--architecture", "Qwen2ForCausalLM")
+    assert dense.returncode == 2 and "num_local_experts: set (256), which Qwen2ForCausalLM ignores" in dense.stderr

@@ -229,6 +229,14 @@ def verdict(model: modelmod.Model, family: str, version: str, connector: str, ar
     spec = model.spec
     if spec is None:
         return Verdict("unrecorded", f"{model.architecture} is not in architectures.yaml; check that {engine} runs it")
+    if model.stand_in:
+        # --architecture sizes the model as a known one; whether the engine runs the model's own
+        # architecture is what architectures.yaml does not record.
+        return Verdict(
+            "unrecorded",
+            f"{model.architecture} is estimated as {spec.name} (--architecture); whether {engine} runs "
+            f"{model.architecture} is not recorded: check it",
+        )
     kinds = set(modelmod.layer_kinds(model))
     if "chunked" in kinds:
         # vLLM turns the hybrid manager off for chunked-local attention (hybrid_kv_cache).

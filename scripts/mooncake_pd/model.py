@@ -122,6 +122,11 @@ class Model:
     weights_bytes_override: float | None = None
 
     @property
+    def stand_in(self) -> bool:
+        """Whether the estimate reads another architecture than config.json's (--architecture)."""
+        return self.spec is not None and self.spec.name != self.architecture
+
+    @property
     def model_type(self) -> str | None:
         kind = self.raw.get("model_type")
         return str(kind) if kind else None
@@ -318,8 +323,64 @@ def configure(
             spec = architectures.require(architecture)
         except architectures.ArchitectureError as e:
             raise ModelError(str(e)) from None
+        if spec.name != model.architecture:
+            problems = stand_in_problems(model.text, spec)
+            if problems:
+                raise ModelError(
+                    f"{model.path}: --architecture {spec.name} would size {model.architecture} from fields it "
+                    f"lacks or without fields that change its size: {'; '.join(problems)}; give "
+                    "--kv-bytes-per-token and --weights-gib instead (the model's own figures)"
+                )
     weights = weights_gib * GIB if weights_gib else None
     return replace(model, spec=spec, kv_bytes_override=kv_bytes_per_token or None, weights_bytes_override=weights)
+
+
+# Fields every estimate reads or derives (hidden size, heads, the dense MLP, the dtype): a stand-in
+# architecture that reads them reads the model's own. Others of architectures.yaml (experts, shared
+# experts, dense layers, attention and layer kinds) change the size where a config sets them.
+GENERIC_FIELDS = frozenset(
+    {"num_hidden_layers", "num_key_value_heads", "head_dim", "torch_dtype", "intermediate_size", "sliding_window"}
+)
+
+
+def _field_name(entry: str) -> tuple[str, bool]:
+    """An architectures.yaml `fields` entry as (config key, optional): 'head_dim (else ...)' is
+    derived where absent; 'text_config.x' is read from the text config."""
+    name = entry.split(" (else", 1)[0].strip().removeprefix("text_config.")
+    return name, " (else" in entry or name == "torch_dtype"
+
+
+def _read_fields(spec: architectures.Architecture) -> set[str]:
+    row = spec.row
+    names = {_field_name(str(entry))[0] for entry in row.get("fields") or []}
+    names |= {str(v) for v in (row.get("moe") or {}).values() if isinstance(v, str)}
+    names |= {str(v) for v in (row.get("linear") or {}).values() if isinstance(v, str)}
+    layers = row.get("layers") or {}
+    if isinstance(layers.get("field"), str):
+        names.add(str(layers["field"]))
+    return names
+
+
+def _is_set(value: Any) -> bool:
+    return value not in (None, False, 0, "", [], {})
+
+
+def stand_in_problems(text: dict[str, Any], spec: architectures.Architecture) -> list[str]:
+    """Why `spec` (an --architecture the config is not) cannot size this config: a field its
+    estimate reads that the config lacks, or one the config sets that changes the size and that
+    `spec` would ignore (an expert count it reads under another name, shared experts, dense layers,
+    attention or layer kinds), each named."""
+    problems = []
+    for entry in spec.row.get("fields") or []:
+        name, optional = _field_name(str(entry))
+        if not optional and name not in text:
+            problems.append(f"{name}: missing, which {spec.name} reads")
+    size_fields = set()
+    for other in architectures.names():
+        size_fields |= _read_fields(architectures.require(other))
+    ignored = sorted((size_fields - GENERIC_FIELDS - _read_fields(spec)) & {k for k, v in text.items() if _is_set(v)})
+    problems += [f"{name}: set ({text[name]!r}), which {spec.name} ignores" for name in ignored]
+    return problems
 
 
 def _require_known(model: Model) -> architectures.Architecture | None:
