@@ -48,6 +48,7 @@ from support.pdcheck import (
     PROMPTS,
     READY_TIMEOUT,
     LocalRun,
+    Memory,
     PdSetup,
     engine,
     make_tiny_model,
@@ -216,7 +217,11 @@ class References:
         reference = Reference(
             flags_key(json.loads(record.read_text()), models), digest, proc, self.processes, ready, name
         )
-        self.history.append({"started_by": name, "ready_s": round(ready, 1), "shared_with": reference.shared_with})
+        # Its memory, once ready: the e2e modules' peak_rss_gib counts only what they started.
+        rss = round(Memory(self.processes).sample() / 2**30, 2)
+        self.history.append(
+            {"started_by": name, "ready_s": round(ready, 1), "rss_gib": rss, "shared_with": reference.shared_with}
+        )
         self.timings[f"plain_{index}_start"] = time.monotonic() - clock
         return reference
 
