@@ -399,3 +399,9 @@ def test_the_canary_fails_verify_when_the_kv_cache_does_not_move(modelserving):
     # No pair to probe is a failure too, not a pass.
     empty = verify.assess(verify.Snapshot(modelserving, PODS, ANSWER, LOGS, canary=[]))
     assert [c.detail for c in empty.checks if not c.ok] == ["no prefill/decode pair of entry pods to probe"]
+
+
+def test_a_core_client_without_a_connection_reads_no_policies():
+    """collect()'s default reader of NetworkPolicies on a CoreV1Api stand-in (the e2e's LocalCore
+    has no api_client): none read, so the advisories judge the release as unprotected."""
+    assert verify.network_policies(object(), "default") == []

@@ -282,12 +282,15 @@ def network_policies(core: Any, namespace: str) -> list[dict[str, Any]]:
     from kubernetes import client
     from kubernetes.client.exceptions import ApiException
 
-    networking = client.NetworkingV1Api(core.api_client)
+    api_client = getattr(core, "api_client", None)
+    if api_client is None:  # a CoreV1Api stand-in without a connection (the e2e's LocalCore)
+        return []
+    networking = client.NetworkingV1Api(api_client)
     try:
         items = networking.list_namespaced_network_policy(namespace).items
     except ApiException:
         return []
-    return [{"kind": "NetworkPolicy", **core.api_client.sanitize_for_serialization(p)} for p in items]
+    return [{"kind": "NetworkPolicy", **api_client.sanitize_for_serialization(p)} for p in items]
 
 
 def _assess_request(snapshot: Snapshot) -> Report:
