@@ -48,6 +48,9 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
 OUT = REPO / "out" / "test-time"
+# Where every bounded wait of the cluster and e2e tests records itself (tests/support/waits.py).
+WAITS = REPO / "out" / "waits.jsonl"
+CLOSEST = 5
 CAUSE_CHARS = 300
 # A busy loop that takes one core, until its parent (argv[1]) is gone: it checks every ~20 ms.
 HOG = (
@@ -237,6 +240,44 @@ def summary(
     }
 
 
+def read_waits(path: Path, offset: int) -> list[dict[str, Any]]:
+    """The bounded waits recorded in `path` past byte `offset` (those of this measurement); a
+    line cut short or foreign is skipped."""
+    if not path.exists():
+        return []
+    with path.open("rb") as lines:
+        lines.seek(offset)
+        found = []
+        for raw in lines:
+            try:
+                wait = json.loads(raw)
+            except ValueError:
+                continue
+            if isinstance(wait, dict) and {"what", "seconds", "bound", "ok"} <= set(wait) and wait["bound"]:
+                found.append(wait)
+    return found
+
+
+def closest_waits(waits: list[dict[str, Any]], top: int = CLOSEST) -> dict[str, Any]:
+    """How near its bound each wait came: the count, those that ran out, and the `top` closest
+    of those that came in time (seconds over bound), each with the load it was taken under."""
+    came = sorted((w for w in waits if w["ok"]), key=lambda w: -w["seconds"] / w["bound"])
+    return {
+        "waits": len(waits),
+        "ran_out": [w["what"] for w in waits if not w["ok"]],
+        "closest": [
+            {
+                "what": w["what"],
+                "seconds": w["seconds"],
+                "bound": w["bound"],
+                "fraction": round(w["seconds"] / w["bound"], 3),
+                "load_per_cpu": w.get("load_per_cpu"),
+            }
+            for w in came[:top]
+        ],
+    }
+
+
 def _counts(stage: dict[str, Any]) -> str:
     found = [f"{stage[k]} {k}" for k in ("passed", "failed", "error", "skipped") if stage[k]]
     return f"{stage['stage']} {', '.join(found) or 'no tests'} (exit {stage['exit_code']}, {stage['wall_seconds']} s)"
@@ -278,6 +319,13 @@ def report(result: dict[str, Any]) -> str:
         f"flaky: {e['test']} failed in run(s) {', '.join(map(str, e['failed_in_runs']))}" for e in result["flaky_tests"]
     ]
     lines += [f"failed in every run: {t}" for t in result["always_failing"]]
+    waits = result.get("waits")
+    if waits and waits["waits"]:
+        lines.append(f"bounded waits: {waits['waits']}, {len(waits['ran_out'])} ran out; the closest to its bound:")
+        lines += [
+            f"  {w['fraction']:6.1%}  {w['seconds']} s of {w['bound']} s  {w['what']} (load {w['load_per_cpu']}/CPU)"
+            for w in waits["closest"]
+        ]
     lines.append(
         f"{result['runs']} run(s), {result['failed_runs']} failed, {result['failures']} failure(s), "
         f"{len(result['flaky_tests'])} flaky test(s), beside {result['hogs']} CPU hog(s)"
@@ -429,6 +477,7 @@ def run_all(stages: list[Stage], runs: int, out: Path, keep_going: bool) -> Runs
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
+    waits_offset = WAITS.stat().st_size if WAITS.exists() else 0
     with hogs(args.hog) as pids:
         if pids:
             print(f"{len(pids)} CPU hog(s) beside the runs, PIDs {' '.join(map(str, pids))}", flush=True)
@@ -437,6 +486,7 @@ def main(argv: list[str] | None = None) -> int:
         return found
     walls, per_run, times = found
     result = summary(walls, times, args.budget, per_run=per_run, hogs=args.hog)
+    result["waits"] = closest_waits(read_waits(WAITS, waits_offset))
     (args.out / "summary.json").write_text(json.dumps(result, indent=2) + "\n")
     print(report(result))
     return 1 if result["within_budget"] is False or result["failed_runs"] else 0

@@ -320,3 +320,25 @@ def test_the_command_line_of_make_flake_check(measure):
 def test_a_contradictory_command_line_is_refused(measure, argv):
     with pytest.raises(SystemExit):
         measure.parse_args(argv)
+
+
+def test_the_report_gives_each_bounded_waits_closest_approach(measure, tmp_path: Path):
+    """The flake check's figure of how near the waits came to their bounds is read from the waits
+    the measured runs recorded (out/waits.jsonl past its size at the start), not by hand: those
+    before the offset and a line cut short do not count; a wait that ran out is named."""
+    waits = tmp_path / "waits.jsonl"
+    old = json.dumps({"what": "before", "seconds": 99, "bound": 100, "ok": True}) + "\n"
+    waits.write_text(old)
+    new = [
+        {"what": "engine ready", "seconds": 30.0, "bound": 120, "ok": True, "load_per_cpu": 1.5},
+        {"what": "pods bound", "seconds": 45.0, "bound": 60, "ok": True, "load_per_cpu": 2.0},
+        {"what": "router pool", "seconds": 90.0, "bound": 90, "ok": False, "load_per_cpu": 3.0},
+    ]
+    with waits.open("a") as out:
+        out.write("".join(json.dumps(w) + "\n" for w in new) + '{"what": "cut')
+    found = measure.closest_waits(measure.read_waits(waits, len(old)), top=2)
+    assert found["waits"] == 3 and found["ran_out"] == ["router pool"]
+    assert [(w["what"], w["fraction"]) for w in found["closest"]] == [("pods bound", 0.75), ("engine ready", 0.25)]
+    text = measure.report({**measure.summary([1.0], [], None), "waits": found})
+    assert "bounded waits: 3, 1 ran out; the closest to its bound:" in text
+    assert " 75.0%  45.0 s of 60 s  pods bound (load 2.0/CPU)" in text
