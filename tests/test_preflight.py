@@ -180,7 +180,38 @@ def test_refusals_name_the_cause_key_and_fix(render: Renderer, overrides, node, 
 
 def test_rope_scaling_allows_a_longer_context(render: Renderer):
     model = {**QWEN2_05B, "max_position_embeddings": 32768, "rope_scaling": {"type": "yarn", "factor": 4.0}}
-    assert "rope_scaling allows it" in run(render, model=model).stderr
+    assert "max-model-len 40000 (yarn RoPE scaling allows up to 131072)" in run(render, model=model).stderr
+
+
+# Qwen3-32B's config.json (max_position_embeddings 40960, no rope_scaling) and the YaRN extension
+# its model card gives, as model.hfOverrides: vLLM applies the overrides before it derives the
+# longest context (vllm v0.13.0 vllm/config/model.py ~2114-2140: yarn scales
+# original_max_position_embeddings by factor).
+QWEN3_32B = {
+    "architectures": ["Qwen3ForCausalLM"],
+    "model_type": "qwen3",
+    "hidden_size": 5120,
+    "num_attention_heads": 64,
+    "num_key_value_heads": 8,
+    "head_dim": 128,
+    "num_hidden_layers": 64,
+    "max_position_embeddings": 40960,
+}
+YARN = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32768}
+
+
+def test_a_yarn_extension_by_hf_overrides_is_the_model_the_preflight_reads(render: Renderer):
+    """The documented long-context route: model.hfOverrides.rope_scaling with max-model-len
+    131072 starts (it was refused as above max_position_embeddings 40960); a factor that does not
+    reach the asked length is refused naming the factor to give."""
+    long = {"model": {"maxModelLen": 131072, "hfOverrides": {"rope_scaling": YARN}}}
+    assert "max-model-len 131072 (yarn RoPE scaling allows up to 131072)" in run(render, long, model=QWEN3_32B).stderr
+    short = {"model": {"maxModelLen": 131072, "hfOverrides": {"rope_scaling": {**YARN, "factor": 2.0}}}}
+    line = refusal(render, short, model=QWEN3_32B)
+    assert "max-model-len 131072 is above the 65536 tokens the model's yarn RoPE scaling reaches" in line
+    assert "model.maxModelLen, set it to at most 65536, or model.hfOverrides.rope_scaling.factor to 4 or more" in line
+    plain = refusal(render, {"model": {"maxModelLen": 131072}}, model=QWEN3_32B)
+    assert "above the model's max_position_embeddings 40960" in plain and "model.hfOverrides.rope_scaling" in plain
 
 
 @contextmanager

@@ -361,3 +361,21 @@ def test_check_fails_on_a_file_the_chart_refuses_naming_the_chart_s_reason(tmp_p
     code, _, err = run(capsys, "update", path, "--model-dir", LLAMA, "--gpu", "h100", "--check")
     assert code == 1, err
     assert f"{path}: the chart refuses it" in err and "decode.parallelism.tensor" in err, err
+
+
+def test_a_yarn_extension_in_model_hf_overrides_is_the_model_update_reads(capsys, tmp_path: Path):
+    """Qwen3-8B's 40,960 positions extended by the YaRN override its model card gives: update
+    applies model.hfOverrides as vLLM does (the preflight's own rule) and writes a file --check
+    then finds clean; a factor that does not reach max-model-len is refused, exit 2."""
+    values = tmp_path / "qwen3-8b.yaml"
+    generate(capsys, values, "--model-dir", QWEN3)
+    yarn = "rope_scaling: {rope_type: yarn, factor: 4.0, original_max_position_embeddings: 32768}"
+    text = values.read_text().replace("  maxModelLen: 40000", f"  maxModelLen: 131072\n  hfOverrides:\n    {yarn}")
+    values.write_text(text)
+    code, _, err = run(capsys, "update", values, "--model-dir", QWEN3)
+    assert code == 0, err
+    assert "rope scaling yarn (factor 4.0): applied by vLLM from model.hfOverrides" in values.read_text()
+    assert run(capsys, "update", values, "--model-dir", QWEN3, "--check")[0] == 0
+    values.write_text(values.read_text().replace("factor: 4.0", "factor: 2.0"))
+    code, _, err = run(capsys, "update", values, "--model-dir", QWEN3, "--check")
+    assert code == 2 and "above the 65536 tokens its yarn RoPE scaling reaches" in err

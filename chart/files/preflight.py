@@ -138,16 +138,67 @@ def check_tensor_parallel(text: dict, tensor: int, key: str) -> str:
     return f"TP {tensor} fits {heads} heads / {text.get('num_key_value_heads', heads)} KV heads"
 
 
-def check_max_model_len(text: dict, max_model_len: int, key: str) -> str:
+def with_overrides(config: dict, overrides: dict) -> dict:
+    """config.json as vLLM reads it after --hf-overrides: each key set whole, a dict into a nested
+    config (text_config) key by key (vllm v0.13.0 vllm/config/model.py _apply_dict_overrides
+    ~381-396: a nested PretrainedConfig is updated, a dict-valued setting such as rope_scaling
+    replaced)."""
+    out = dict(config)
+    for key, value in overrides.items():
+        nested = out.get(key)
+        if isinstance(nested, dict) and isinstance(value, dict) and "model_type" in nested:
+            out[key] = with_overrides(nested, value)
+        else:
+            out[key] = value
+    return out
+
+
+def rope_limit(text: dict) -> tuple[float, str, str] | None:
+    """The longest context vLLM derives from max_position_embeddings and RoPE scaling, with the
+    scaling's type and the key whose value was scaled (vllm v0.13.0 vllm/config/model.py
+    _get_and_verify_max_len ~2114-2140: every type but su, longrope and llama3 multiplies by its
+    factor; yarn scales original_max_position_embeddings; Gemma 3's length is scaled already).
+    None without max_position_embeddings."""
     limit = text.get("max_position_embeddings")
-    if not isinstance(limit, int) or max_model_len <= limit:
+    if not isinstance(limit, int) or isinstance(limit, bool):
+        return None
+    rope = text.get("rope_scaling") or text.get("rope_parameters")
+    if not isinstance(rope, dict) or "gemma3" in str(text.get("model_type", "")):
+        return float(limit), "", "max_position_embeddings"
+    kind = str(rope.get("rope_type") or rope.get("type") or "default")
+    if kind in ("su", "longrope", "llama3", "default"):
+        return float(limit), kind, "max_position_embeddings"
+    base, source = float(limit), "max_position_embeddings"
+    if kind == "yarn" and isinstance(rope.get("original_max_position_embeddings"), int):
+        base, source = float(rope["original_max_position_embeddings"]), "original_max_position_embeddings"
+    factor = rope.get("factor", 1.0)
+    return base * float(factor if isinstance(factor, (int, float)) else 1.0), kind, source
+
+
+def check_max_model_len(text: dict, max_model_len: int, key: str) -> str:
+    found = rope_limit(text)
+    if found is None:
         return f"max-model-len {max_model_len}"
-    if text.get("rope_scaling"):
-        return f"max-model-len {max_model_len} (above {limit}, rope_scaling allows it)"
+    limit, kind, source = found
+    plain = int(text["max_position_embeddings"])
+    if max_model_len <= limit:
+        scaled = f" ({kind} RoPE scaling allows up to {int(limit)})" if max_model_len > plain else ""
+        return f"max-model-len {max_model_len}{scaled}"
+    rope: dict = text.get("rope_scaling") or text.get("rope_parameters") or {}
+    if kind not in ("", "default", "su", "longrope", "llama3"):
+        base = rope.get("original_max_position_embeddings", plain) if kind == "yarn" else plain
+        needed = -(-max_model_len // int(base))
+        raise Refusal(
+            f"max-model-len {max_model_len} is above the {int(limit)} tokens the model's {kind} RoPE scaling "
+            f"reaches ({source} {int(base)} x factor {rope.get('factor', 1.0)})",
+            key,
+            f"set it to at most {int(limit)}, or model.hfOverrides.rope_scaling.factor to {needed} or more",
+        )
     raise Refusal(
-        f"max-model-len {max_model_len} is above the model's max_position_embeddings {limit}",
+        f"max-model-len {max_model_len} is above the model's max_position_embeddings {plain}",
         key,
-        f"set it to at most {limit}",
+        f"set it to at most {plain}, or extend the context with RoPE scaling in model.hfOverrides.rope_scaling "
+        "(the model card says which it supports)",
     )
 
 
@@ -433,7 +484,8 @@ def run(settings: dict, env: dict) -> tuple[str, str, list[str]]:
     notes = []
     config = load_config(model_path, "model.path") if checks["model"] else None
     if config is not None:
-        text, _ = text_config(config)
+        # The model as vLLM will read it: config.json with model.hfOverrides applied.
+        text, _ = text_config(with_overrides(config, overrides))
         overrides, note = head_dim_overrides(config, overrides, "model.hfOverrides.head_dim")
         notes.append(f"model {model_path} ({', '.join(config.get('architectures') or ['?'])}, {note})")
         notes.append(check_tensor_parallel(text, settings["tensor"], settings["tensorKey"]))

@@ -409,19 +409,31 @@ def derived(
         raise GenerateError(
             f"--expected-context-len {expected}: above max-model-len {max_model_len}; use at most {max_model_len}"
         )
-    limit = model.max_position_embeddings
-    if limit and max_model_len > limit:
+    # The longest context as vLLM derives it from config.json with model.hfOverrides applied (a
+    # YaRN extension is given there): the engines' preflight's own rule, one source of truth.
+    preflight = chartfiles.program("preflight")
+    overrides = effective["model"].get("hfOverrides") or {}
+    text, _ = preflight.text_config(preflight.with_overrides(model.raw, overrides))
+    derived = preflight.rope_limit(text)
+    limit = int(derived[0]) if derived else None
+    if derived and limit and max_model_len > limit:
+        scaled = derived[1] not in ("", "default", "su", "longrope", "llama3")
+        reach = (
+            f"the {limit} tokens its {derived[1]} RoPE scaling reaches"
+            if scaled
+            else f"max_position_embeddings ({limit})"
+        )
         if not force:
             raise GenerateError(
-                f"--max-model-len {max_model_len}: above max_position_embeddings ({limit}) of {model.path}; "
-                f"use at most {limit}, or --force if the model's rope scaling allows more"
+                f"--max-model-len {max_model_len}: above {reach} of {model.path}; use at most {limit}, "
+                "extend it with model.hfOverrides.rope_scaling where the model supports it, or --force"
             )
-        notes.append(f"WARNING: max-model-len {max_model_len} is above max_position_embeddings ({limit}) (--force)")
-    if model.rope_scaling:
-        kind = model.rope_scaling.get("rope_type") or model.rope_scaling.get("type")
-        notes.append(
-            f"rope scaling {kind} (factor {model.rope_scaling.get('factor')}): applied by vLLM from config.json"
-        )
+        notes.append(f"WARNING: max-model-len {max_model_len} is above {reach} (--force)")
+    rope = text.get("rope_scaling") or text.get("rope_parameters")
+    if isinstance(rope, dict):
+        kind = rope.get("rope_type") or rope.get("type")
+        source = "model.hfOverrides" if "rope_scaling" in overrides else "config.json"
+        notes.append(f"rope scaling {kind} (factor {rope.get('factor')}): applied by vLLM from {source}")
     # Sized at the quantization's bytes per weight where known (FP8 on NVIDIA: 1 byte, no note); a
     # warning only where the estimate must guess the size.
     if model.quantization and model.quantized_weight_bytes is None and model.quantization_size is None:
