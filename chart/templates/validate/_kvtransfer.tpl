@@ -27,6 +27,15 @@ kvTransfer.extraConfig holding only what the connector reads from there.
 {{- end }}
 {{- end }}
 {{- end }}
+{{- /* KV offloading takes the connector's place: with --kv-offloading-backend vLLM sets
+kv_connector to OffloadingConnector (native) or LMCacheConnectorV1 (lmcache) and kv_role to
+kv_both for every engine (vllm v0.13.0 vllm/config/vllm.py _post_init_kv_transfer_config
+~471-510), so no KV cache reaches decode and every request is computed twice, with no error. */ -}}
+{{- range $where := list "engine" "prefill" "decode" }}
+{{- with index ((index $.Values $where).args | default dict) "kv-offloading-backend" }}
+{{- $errors = append $errors (printf "%s.args.kv-offloading-backend: %s makes vLLM replace the PD connector (%s) with %s and both roles with kv_both (vllm/config/vllm.py _post_init_kv_transfer_config): no KV cache would reach decode, silently; remove it (and kv-offloading-size), since KV offloading and PD share vLLM's one kv_connector" $where (toString .) $connector (ternary "LMCacheConnectorV1" "OffloadingConnector" (eq (toString .) "lmcache"))) }}
+{{- end }}
+{{- end }}
 {{- $buffer := $profile.kvBufferDevices }}
 {{- if and $kv.bufferDevice (not (has $kv.bufferDevice $buffer.allowed)) }}
 {{- $errors = append $errors (printf "kvTransfer.bufferDevice: %s on accelerator.type %s %s; use %s or null" $kv.bufferDevice $profile.type (default "is not a buffer device there" $buffer.refusal) (join " or " $buffer.allowed)) }}
