@@ -163,3 +163,30 @@ def test_the_nvidia_summary_names_the_engine_it_renders_and_no_start_time(tmp_pa
     ascend = cli("render", "--out", str(tmp_path / "defaults.yaml"))
     assert "Engine version v0.13.0 (vLLM-Ascend v0.13.0 on vLLM 0.13.0, the guide's)" in ascend.stdout
     assert "engine_id deepseek-pd-0_prefill-0\n" in ascend.stdout
+
+
+@pytest.mark.parametrize("how", ["path", "HELM", "--helm"])
+def test_the_summary_says_which_helm_rendered_and_how_it_was_chosen(tmp_path: Path, how: str):
+    """A helm that is not the pinned download: the one on PATH (a tool installed outside a
+    checkout, no HELM set), $HELM, or --helm; the summary names the way it was chosen, never a
+    HELM= that was not set."""
+    wrapper = tmp_path / "bin" / "helm"
+    wrapper.parent.mkdir()
+    wrapper.write_text(f'#!/bin/sh\nexec {paths.helm_binary()} "$@"\n')
+    wrapper.chmod(0o755)
+    env = {k: v for k, v in os.environ.items() if k != "HELM"}
+    args = ["render", "--out", str(tmp_path / "out.yaml")]
+    if how == "path":
+        env["PATH"] = f"{wrapper.parent}:{env['PATH']}"
+        args = ["--helm", "helm", *args]
+    elif how == "HELM":
+        env["HELM"] = str(wrapper)
+    else:
+        args = ["--helm", str(wrapper), *args]
+    proc = subprocess.run(
+        [sys.executable, "-m", "mooncake_pd", *args], capture_output=True, text=True, cwd=paths.REPO, env=env
+    )
+    assert proc.returncode == 0, proc.stderr
+    said = {"path": f"({wrapper}, the helm on PATH)", "HELM": f"(HELM={wrapper},", "--helm": f"(--helm {wrapper},"}
+    assert said[how] in proc.stdout
+    assert ("HELM=" in proc.stdout) == (how == "HELM")

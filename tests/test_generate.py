@@ -571,6 +571,14 @@ def test_weights_that_leave_no_room_for_kv_exit_2():
     proc = cli("generate", *R1_TOPOLOGY)
     assert proc.returncode == 2
     assert "leave no room for the KV cache" in proc.stderr and "or --enable-expert-parallel" in proc.stderr
+    # With expert parallel already on, the fix that works is more devices, not the flag again.
+    small = ("--prefill-tp", "8", "--prefill-dp", "2", "--decode-tp", "1", "--decode-dp", "2")
+    with_ep = cli("generate", "--model-dir", MODELS / "DeepSeek-R1-W8A8", *small, "--enable-expert-parallel")
+    assert with_ep.returncode == 2 and "leave no room for the KV cache" in with_ep.stderr
+    assert with_ep.stderr.split("leave no room")[1].count("--enable-expert-parallel") == 0
+    assert (
+        "raise --decode-tp or --decode-dp (or --decode-nodes): experts are spread over more devices" in with_ep.stderr
+    )
 
 
 @pytest.mark.parametrize("remote_code", [False, True])
@@ -747,8 +755,8 @@ def test_decode_s_room_for_more_sequences_is_hinted_not_recorded(tmp_path: Path)
     assert proc.returncode == 0, proc.stderr
     hints = [line for line in proc.stderr.splitlines() if line.startswith("hint: ")]
     assert hints == [
-        "hint: decode runs at most 40 sequences per DP rank (max-num-seqs) while its KV cache holds 116 of 4,096 "
-        "tokens; to run more at once (more throughput, a longer time per output token), set "
+        "hint: decode runs at most 40 sequences per DP rank (max-num-seqs) while its KV cache holds 116 sequences "
+        "of 4,096 tokens; to run more at once (more throughput, a longer time per output token), set "
         "decode.args.max-num-seqs up to 116 in a second values file given after this one (update rewrites this "
         "file's)"
     ]

@@ -499,11 +499,16 @@ def derived(
             hybrid=bool(hybrid),
         )
         if result.kv_gib <= 0:
-            hint = " or --enable-expert-parallel" if modelmod.parameters(model)[1] else ""
+            # The fix that works: with expert parallel already on, the experts are spread over the
+            # role's TP x DP devices, so only more of them (or more nodes) make room.
+            if args.get("enable-expert-parallel"):
+                fix = f"raise --{role}-tp or --{role}-dp (or --{role}-nodes): experts are spread over more devices"
+            else:
+                fix = f"raise --{role}-tp" + (" or --enable-expert-parallel" if modelmod.parameters(model)[1] else "")
             raise GenerateError(
                 f"--{role}-tp {result.tensor}: {result.weights_gib:.1f} GiB of weights and "
                 f"{result.activations_gib:.1f} GiB of activations per device leave no room for the KV cache "
-                f"in {result.usable_gib:.1f} GiB; raise --{role}-tp{hint}"
+                f"in {result.usable_gib:.1f} GiB; {fix}"
             )
         if result.kv_tokens_per_rank < max_model_len:
             raise GenerateError(
@@ -535,8 +540,8 @@ def room_hint(seqs: int, room: int, context_len: int) -> str:
     max-num-seqs batches prompts. generate writes at most the chart's cap (and update rewrites a
     generated file's back to it), so the way to use the room is a values file layered after."""
     return (
-        f"hint: decode runs at most {seqs} sequences per DP rank (max-num-seqs) while its KV cache holds {room} of "
-        f"{context_len:,} tokens; to run more at once (more throughput, a longer time per output token), set "
+        f"hint: decode runs at most {seqs} sequences per DP rank (max-num-seqs) while its KV cache holds {room:,} "
+        f"sequences of {context_len:,} tokens; to run more at once (more throughput, a longer time per output token), set "
         f"decode.args.max-num-seqs up to {room} in a second values file given after this one (update rewrites "
         "this file's)"
     )

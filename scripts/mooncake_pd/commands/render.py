@@ -10,11 +10,18 @@ from mooncake_pd import advisories, cli, engines, helm, manifests, paths, summar
 from mooncake_pd.commands import SUMMARIES
 
 
-def _helm_origin(binary: Path) -> str:
-    """Where the helm in use comes from, for the summary line."""
+def _helm_origin(binary: Path, given: str) -> str:
+    """Where the helm in use comes from, for the summary line: the pinned download, $HELM, the
+    --helm given, or the `helm` on PATH (a tool installed outside a checkout has no pinned one)."""
+    import os
+
     if binary.resolve().is_relative_to(paths.TOOLS_DIR.resolve()):
         return f"the pinned download, {binary}"
-    return f"HELM={binary}, not the pinned download"
+    if os.environ.get("HELM") and given == os.environ["HELM"]:
+        return f"HELM={binary}, not the pinned download"
+    if given == "helm":
+        return f"{binary}, the helm on PATH"
+    return f"--helm {binary}, not the pinned download"
 
 
 def is_remote(given: str) -> bool:
@@ -64,7 +71,7 @@ def run(args: argparse.Namespace) -> int:
     values_file.write_atomic(args.out, text, backup=False)
     print(
         f"Wrote {args.out} ({len(objects)} objects, rendered with helm {helm_version} "
-        f"({_helm_origin(binary)}), validated against Kubernetes "
+        f"({_helm_origin(binary, str(args.helm))}), validated against Kubernetes "
         f"{' and '.join(validate.KUBERNETES_VERSIONS)} and the Kthena CRDs).\n"
     )
     print(summary.summarize(objects, engines.entry_runs(objects)))
