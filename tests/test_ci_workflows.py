@@ -34,7 +34,7 @@ ACTIONLINT = build.Component(
 # `run:` script. pyflakes (for `shell: python` steps) is left off: no step has one.
 SHELLCHECK = Path(sys.executable).parent / "shellcheck"
 # Debian's packages that the jobs install after the checkout, one a line with why (found by running
-# ci.yaml's steps in a Debian 12 chroot: README, "Tests").
+# ci.yaml's steps in a Debian 12 chroot: README, "Two commands").
 DEBIAN_PACKAGES = paths.REPO / ".github" / "debian-packages.txt"
 
 
@@ -132,7 +132,7 @@ def test_each_installing_job_installs_debians_packages_first():
     """git (and root's exemption for the runner user's workspace), the checkout, then the packages of
     .github/debian-packages.txt: the same three steps in every such job, and nothing of an Ubuntu
     runner's after them: no sudo (a container's steps run as root), no setup-python (Debian's 3.11)."""
-    # Those the chroot run found missing, one by one (README, "Tests").
+    # Those the chroot run found missing, one by one (README, "Two commands").
     missing = {"make", "python3-venv", "python3-pip", "npm", "libnuma1", "libcurl4"} - set(debian_packages())
     assert not missing, f"{DEBIAN_PACKAGES.name} lacks {missing}"
     firsts = set()
