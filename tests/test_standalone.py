@@ -123,7 +123,7 @@ def test_render_with_a_helm_on_path_says_so(tmp_path: Path):
     assert proc.returncode == 0, proc.stderr
     first = proc.stdout.splitlines()[0]
     assert "rendered with helm v3.17.2" in first
-    assert "not the pinned download" in first
+    assert "the helm on PATH" in first
 
 
 def test_render_refuses_an_unsupported_helm(tmp_path: Path):

@@ -177,7 +177,8 @@ def test_decode_s_room_is_hinted_after_an_update(tmp_path: Path, capsys):
     path.write_text("decode:\n  args:\n    max-num-seqs: 4\n")
     code, _, err = run(capsys, "update", path, "--model-dir", QWEN3, "--expected-context-len", "4096")
     assert code == 0, err
-    assert "hint: decode runs at most 4 sequences per DP rank (max-num-seqs) while its KV cache holds 179 sequences of" in err
+    hint = "hint: decode runs at most 4 sequences per DP rank (max-num-seqs) while its KV cache holds 179 sequences of"
+    assert hint in err
     assert "hint" not in path.read_text()
 
 

@@ -541,9 +541,9 @@ def room_hint(seqs: int, room: int, context_len: int) -> str:
     generated file's back to it), so the way to use the room is a values file layered after."""
     return (
         f"hint: decode runs at most {seqs} sequences per DP rank (max-num-seqs) while its KV cache holds {room:,} "
-        f"sequences of {context_len:,} tokens; to run more at once (more throughput, a longer time per output token), set "
-        f"decode.args.max-num-seqs up to {room} in a second values file given after this one (update rewrites "
-        "this file's)"
+        f"sequences of {context_len:,} tokens; to run more at once (more throughput, a longer time per output "
+        f"token), set decode.args.max-num-seqs up to {room} in a second values file given after this one (update "
+        "rewrites this file's)"
     )
 
 
