@@ -27,7 +27,7 @@ def test_render_writes_and_summarises(tmp_path: Path, version: str):
     proc = cli("--helm", str(paths.helm_binary(version)), "render", "--out", str(out))
     assert proc.returncode == 0, proc.stderr
     objects = manifests.parse(out.read_text())
-    assert {o["kind"] for o in objects} == {"ConfigMap", "ModelServing", "Service", "Deployment", "Pod"}
+    assert {o["kind"] for o in objects} == {"ConfigMap", "ModelServing", "Service", "Deployment", "Pod", "PodTemplate"}
     summary = proc.stdout
     for expected in [
         "ModelServing deepseek-pd: 1 serving group(s)",

@@ -25,34 +25,60 @@ pytestmark = pytest.mark.cluster
 BAD = Path(__file__).parent / "bad-values"
 
 # bad-values case -> (what the API server says, the kinds it refuses; "Pod" is a pod Kthena,
-# a ReplicaSet or a Job would create, dry-run as a Pod).
+# a ReplicaSet or a Job would create, dry-run as a Pod; "PodTemplate" the install-time copy of an
+# engine pod template, validation.podTemplates: refused there, helm install stops before the
+# ModelServing, tests/test_cluster_pod_templates_judged_at_install.py).
 CASES: dict[str, tuple[str, set[str]]] = {
-    "extra-volume-name-not-dns1123": ('Invalid value: "Certs_Dir": a lowercase RFC 1123 label', {"Pod"}),
-    "extra-volume-mode-decimal": ("must be a number between 0 and 0777 (octal), both inclusive", {"Pod"}),
-    "extra-volume-projected-item-mode": ("must be a number between 0 and 0777 (octal), both inclusive", {"Pod"}),
-    "extra-volume-host-path-type-case": ('hostPath.type: Unsupported value: "directoryOrCreate"', {"Pod"}),
+    "extra-volume-name-not-dns1123": ('Invalid value: "Certs_Dir": a lowercase RFC 1123 label', {"Pod", "PodTemplate"}),
+    "extra-volume-mode-decimal": (
+        "must be a number between 0 and 0777 (octal), both inclusive",
+        {"Pod", "PodTemplate"},
+    ),
+    "extra-volume-projected-item-mode": (
+        "must be a number between 0 and 0777 (octal), both inclusive",
+        {"Pod", "PodTemplate"},
+    ),
+    "extra-volume-host-path-type-case": (
+        'hostPath.type: Unsupported value: "directoryOrCreate"',
+        {"Pod", "PodTemplate"},
+    ),
     "extra-mount-bidirectional-unprivileged": (
         "Bidirectional mount propagation is available only to privileged containers",
-        {"Pod"},
+        {"Pod", "PodTemplate"},
     ),
-    "extra-mount-propagation-unknown": ('mountPropagation: Unsupported value: "hostToContainer"', {"Pod"}),
-    "extra-container-host-port-differs": ("must match `containerPort` when `hostNetwork` is true", {"Pod"}),
-    "extra-container-name-not-dns1123": ('Invalid value: "log_shipper": a lowercase RFC 1123 label', {"Pod"}),
+    "extra-mount-propagation-unknown": (
+        'mountPropagation: Unsupported value: "hostToContainer"',
+        {"Pod", "PodTemplate"},
+    ),
+    "extra-container-host-port-differs": (
+        "must match `containerPort` when `hostNetwork` is true",
+        {"Pod", "PodTemplate"},
+    ),
+    "extra-container-name-not-dns1123": (
+        'Invalid value: "log_shipper": a lowercase RFC 1123 label',
+        {"Pod", "PodTemplate"},
+    ),
     # The pre-existing cases of the same family (validate.pods). A repeated name is a duplicate
     # key of a list server-side apply merges by name: refused before validation, in the
     # ModelServing too (helm 4 applies server-side; helm 3 installs it and Kthena's pod create
     # meets ValidateVolumes' and validateContainers' "Duplicate value").
-    "extra-volume-name-clash": ('duplicate entries for key [name="dshm"]', {"ModelServing", "Pod"}),
-    "extra-mount-unknown-volume": ('Not found: "cache"', {"Pod"}),
-    "extra-container-name-clash": ('duplicate entries for key [name="decode"]', {"ModelServing", "Pod"}),
+    "extra-volume-name-clash": ('duplicate entries for key [name="dshm"]', {"ModelServing", "Pod", "PodTemplate"}),
+    "extra-mount-unknown-volume": ('Not found: "cache"', {"Pod", "PodTemplate"}),
+    "extra-container-name-clash": ('duplicate entries for key [name="decode"]', {"ModelServing", "Pod", "PodTemplate"}),
     # podAnnotations reach every pod: the proxy's Deployment fails `helm install` halfway.
     "annotations-apparmor-container-missing": (
         'Invalid value: "prefill": container not found',
-        {"Pod", "Deployment"},
+        {"Pod", "PodTemplate", "Deployment"},
     ),
-    "annotations-apparmor-profile-malformed": ('invalid AppArmor profile name: "RuntimeDefault"', {"Pod"}),
+    "annotations-apparmor-profile-malformed": (
+        'invalid AppArmor profile name: "RuntimeDefault"',
+        {"Pod", "PodTemplate"},
+    ),
     "annotations-deletion-cost-not-int32": ("must be a 32bit integer", {"Pod", "Deployment"}),
-    "annotations-seccomp-profile-malformed": ('"RuntimeDefault": must be a valid seccomp profile', {"Pod"}),
+    "annotations-seccomp-profile-malformed": (
+        '"RuntimeDefault": must be a valid seccomp profile',
+        {"Pod", "PodTemplate"},
+    ),
     # The proxy, helm-test (and benchmark, canary) pods set seccompProfile RuntimeDefault.
     "annotations-seccomp-disagrees-with-field": (
         "seccomp type in annotation and field must match",

@@ -26,6 +26,12 @@ def without_scripts(objects: list[dict], roles: set[str]) -> list[dict]:
             for role in obj["spec"]["template"]["roles"]:
                 if role["name"] in roles:
                     role["entryTemplate"]["metadata"]["annotations"][CHECKSUM] = "<sum>"
+        # The install-time copy of a role's template (validation.podTemplates) carries it too.
+        if (
+            obj["kind"] == "PodTemplate"
+            and obj["template"]["metadata"]["labels"]["app.kubernetes.io/component"] in roles
+        ):
+            obj["template"]["metadata"]["annotations"][CHECKSUM] = "<sum>"
     return out
 
 
