@@ -4,6 +4,7 @@ recorded Kubernetes objects, and the exit codes without a cluster."""
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import subprocess
 import sys
@@ -372,7 +373,11 @@ def test_collect_with_url_end_to_end(modelserving):
     assert any("HTTP 200 for request " + REQUEST in line for line in progress)
     # The guide's layout (v0.13.0's Mooncake on the host network, no NetworkPolicy): a warning of
     # the known advisory, not a failed check.
-    assert [w.split(" applies")[0] for w in report.warnings] == ["engine.version: CVE-2026-103764"]
+    assert [w.split(" applies")[0].split(":")[0] for w in report.warnings] == ["host network", "engine.version"]
+    assert (
+        "CVE-2026-103764" in report.warnings[1]
+        and "prefill and decode pods run on the node's network" in (report.warnings[0])
+    )
 
 
 def test_the_advisories_judge_the_live_releases_network_policies(modelserving):
@@ -405,3 +410,13 @@ def test_a_core_client_without_a_connection_reads_no_policies():
     """collect()'s default reader of NetworkPolicies on a CoreV1Api stand-in (the e2e's LocalCore
     has no api_client): none read, so the advisories judge the release as unprotected."""
     assert verify.network_policies(object(), "default") == []
+
+
+def test_verify_says_when_the_engines_are_on_the_host_network(modelserving):
+    """The guide's layout is on the host network: verify says no NetworkPolicy applies there; off
+    it (the cpu profile's layout), nothing is said."""
+    assert "no NetworkPolicy applies" in verify.host_network_warning(modelserving)[0]
+    off = json.loads(json.dumps(modelserving))
+    for role in off["spec"]["template"]["roles"]:
+        role["entryTemplate"]["spec"]["hostNetwork"] = False
+    assert verify.host_network_warning(off) == []

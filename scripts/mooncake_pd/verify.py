@@ -264,6 +264,20 @@ def assess(snapshot: Snapshot) -> Report:
     return report
 
 
+def host_network_warning(modelserving: dict[str, Any]) -> list[str]:
+    """Where the engines run on the node's network: no NetworkPolicy binds them (docs/security.md,
+    "Host network"), whatever the namespace holds."""
+    roles = modelserving.get("spec", {}).get("template", {}).get("roles", [])
+    on = [r["name"] for r in roles if (r.get("entryTemplate") or {}).get("spec", {}).get("hostNetwork")]
+    if not on:
+        return []
+    return [
+        f"host network: the {' and '.join(on)} pods run on the node's network (engine.hostNetwork), where no "
+        "NetworkPolicy applies: whoever reaches a node reaches their API, metrics and KV-transfer ports; restrict "
+        'them on the hosts (docs/security.md, "Host network")'
+    ]
+
+
 def advisory_warnings(modelserving: dict[str, Any], policies: list[dict[str, Any]]) -> list[str]:
     """The known advisories the live release leaves reachable, judged on its ModelServing and the
     namespace's NetworkPolicies as on a render (mooncake_pd.advisories.problems_from_objects)."""
@@ -607,7 +621,7 @@ def collect(
         progress("waiting for the KV transfer log lines ...")
         time.sleep(5)
     policies = (list_policies or (lambda ns: network_policies(core, ns)))(namespace)
-    warnings = advisory_warnings(modelserving, policies)
+    warnings = host_network_warning(modelserving) + advisory_warnings(modelserving, policies)
     snapshot = replace(snapshot, advisories=warnings)
     if not run_canary:
         return snapshot
