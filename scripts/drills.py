@@ -51,7 +51,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(REPO / "tests"), str(REPO / "scripts")]
 
 from mooncake_pd import drill  # noqa: E402
-from support.localpods import ENGINE_NICE, wait_ready  # noqa: E402
+from support.localpods import AUTH, ENGINE_NICE, wait_ready  # noqa: E402
 from support.pdcheck import (  # noqa: E402
     MAX_TOKENS,
     MOONCAKE_KV_HEADS,
@@ -113,7 +113,7 @@ def stream(prompt: int, target: tuple[str, int] = PROXY, timeout: float = 60) ->
     text, done = None, False
     try:
         connection = http.client.HTTPConnection(*target, timeout=timeout)
-        connection.request("POST", "/v1/completions", json.dumps(body), {"Content-Type": "application/json"})
+        connection.request("POST", "/v1/completions", json.dumps(body), {"Content-Type": "application/json", **AUTH})
         answer = connection.getresponse()
         if answer.status != 200:
             return None, False, f"HTTP {answer.status}"

@@ -33,7 +33,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(REPO / "tests"), str(REPO / "scripts")]
 
 from mooncake_pd import latency  # noqa: E402
-from support.localpods import ENGINE_NICE, get_text, post_json, wait_ready  # noqa: E402
+from support.localpods import AUTH, ENGINE_NICE, get_text, post_json, wait_ready  # noqa: E402
 from support.pdcheck import (  # noqa: E402
     PREFILL_ASK,
     PROMPTS,
@@ -57,7 +57,7 @@ def stream(base: str, body: dict[str, Any], start: float | None = None, timeout:
     connection = http.client.HTTPConnection(host, int(port), timeout=timeout)
     start = time.perf_counter() if start is None else start
     connection.request(
-        "POST", "/v1/completions", json.dumps({**body, "stream": True}), {"Content-Type": "application/json"}
+        "POST", "/v1/completions", json.dumps({**body, "stream": True}), {"Content-Type": "application/json", **AUTH}
     )
     answer = connection.getresponse()
     if answer.status != 200:

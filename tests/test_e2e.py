@@ -35,6 +35,8 @@ import json
 import re
 import shutil
 import time
+import urllib.error
+import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -43,6 +45,8 @@ import pytest
 
 from mooncake_pd import bench, manifests, paths, profiles, verify
 from support.localpods import (
+    API_KEY,
+    AUTH,
     E2E_VENV,
     E2E_VENVS,
     ENGINE_NICE,
@@ -142,6 +146,18 @@ class Run:
     side_channel: list[str] = field(default_factory=list)
     timings: dict[str, float] = field(default_factory=dict)
     peak_rss: int = 0
+    # The engines' key (engine.apiKeySecret): decode's answers to a /v1 request without it and
+    # with it, and to /metrics without it.
+    key_statuses: dict[str, int] = field(default_factory=dict)
+
+
+def _status(url: str, headers: dict[str, str]) -> int:
+    """The HTTP status of a GET, an error status included."""
+    try:
+        with urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=60) as answer:
+            return int(answer.status)
+    except urllib.error.HTTPError as e:
+        return int(e.code)
 
 
 def _spec(objects, kind: str, name: str) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -230,6 +246,12 @@ def _pd_phases(result, run, objects, roles, network, engine_procs, pods, proxy_u
         traffic_until(phase, judged_round, "healthy", min_rounds=3)
 
     result.timings["pd_requests"] = time.monotonic() - clock - result.timings["pd_ready"]
+    decode_base = decode_metrics.removesuffix("/metrics")
+    result.key_statuses = {
+        "/v1/models without the key": _status(f"{decode_base}/v1/models", {}),
+        "/v1/models with the key": _status(f"{decode_base}/v1/models", AUTH),
+        "/metrics without the key": _status(decode_metrics, {}),
+    }
 
     # 3. The helm test pod, verify's own collection and judgement, the benchmark Job.
     clock = time.monotonic()
@@ -255,6 +277,7 @@ def _pd_phases(result, run, objects, roles, network, engine_procs, pods, proxy_u
         progress=lambda _: None,
         read_metrics=lambda pod_name, port: get_text(f"http://127.0.0.1:{port}/metrics"),
         canary_io=local_canary_io(),
+        api_key=API_KEY,
     )
     result.verify_report = verify.assess(snapshot)
     result.timings["verify"] = time.monotonic() - clock
@@ -494,3 +517,15 @@ def test_the_alert_rules_judge_this_runs_recording(e2e: Run, tmp_path: Path):
     from test_alerts import judge_recording
 
     judge_recording(json.loads((out_dir(e2e.version) / "series.json").read_text()), tmp_path)
+
+
+def test_the_engines_refuse_v1_without_the_key_and_pd_works_with_it(e2e: Run):
+    """The whole run had the engines' key on (tests/e2e/values.yaml engine.apiKeySecret, the
+    Secret in the objects): every judgement above passed with it. A /v1 request without it is
+    refused by vLLM (401), with it answered; /metrics stays open (vllm v0.13.0
+    api_server.py AuthenticationMiddleware guards /v1 only, docs/security.md)."""
+    assert e2e.key_statuses == {
+        "/v1/models without the key": 401,
+        "/v1/models with the key": 200,
+        "/metrics without the key": 200,
+    }

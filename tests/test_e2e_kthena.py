@@ -41,7 +41,7 @@ from support.kthenarun import (
     role_of,
     wait_ready_pods,
 )
-from support.localpods import Network, post_json, prepare, run_to_end
+from support.localpods import API_KEY, AUTH, Network, post_json, prepare, run_to_end
 from support.pdcheck import (
     MAX_TOKENS,
     PROMPTS,
@@ -120,7 +120,7 @@ def streamed(base: str, prompt: str) -> tuple[str, bool]:
     """(the text of a streamed completion, whether it ended with [DONE])."""
     body = {"model": "tiny", "prompt": prompt, "max_tokens": MAX_TOKENS, "temperature": 0, "stream": True}
     request = urllib.request.Request(
-        f"{base}/v1/completions", json.dumps(body).encode(), {"Content-Type": "application/json"}
+        f"{base}/v1/completions", json.dumps(body).encode(), {"Content-Type": "application/json", **AUTH}
     )
     text, done = [], False
     with urllib.request.urlopen(request, timeout=120) as answer:
@@ -240,7 +240,7 @@ def _routed(result: RouterRun, run: LocalRun, deployment: KthenaDeployment) -> N
         "transferMetrics": verify.transfer_metrics("NixlConnector"),
     }
     canary = chartfiles.program("kv_canary")
-    pair = [r.line() for r in canary.run(config, canary._post, canary._get)]
+    pair = [r.line() for r in canary.run(config, canary.with_api_key(canary._post, API_KEY), canary._get)]
     after = {name: metrics(p) for name, p in prefills.items()}
     result.added = {
         "pod": added,

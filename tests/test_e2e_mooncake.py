@@ -38,7 +38,16 @@ from support.kthenarun import (
     metrics,
     role_of,
 )
-from support.localpods import ENGINE_NICE, Network, get_text, post_json, prepare, run_to_end, wait_ready
+from support.localpods import (
+    API_KEY,
+    ENGINE_NICE,
+    Network,
+    get_text,
+    post_json,
+    prepare,
+    run_to_end,
+    wait_ready,
+)
 from support.localverify import LocalCore, LocalCustom, helm_test_container, local_canary_io, pod_view
 from support.pdcheck import (
     MAX_TOKENS,
@@ -208,6 +217,7 @@ def _verify(
         progress=lambda _: None,
         read_metrics=lambda pod_name, port: get_text(f"http://127.0.0.1:{port}/metrics"),
         canary_io=canary_io,
+        api_key=API_KEY,
     )
     return verify.assess(snapshot)
 

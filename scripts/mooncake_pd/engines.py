@@ -73,12 +73,17 @@ class PodIdentity:
 
 
 def container_env(container: dict[str, Any], pod: PodIdentity) -> dict[str, str]:
-    """The environment Kubernetes gives a container of `pod` (literal values and fieldRefs)."""
+    """The environment Kubernetes gives a container of `pod` (literal values and fieldRefs; a
+    Secret's key, which no render holds, as a stand-in naming it: those who run the engine for
+    real put the value in, tests/support/localpods.prepare)."""
     env = pod.injected_env()
     fields = pod.fields()
     for var in container.get("env", []):
         if "value" in var:
             env[var["name"]] = var["value"]
+        elif "secretKeyRef" in var.get("valueFrom", {}):
+            ref = var["valueFrom"]["secretKeyRef"]
+            env[var["name"]] = f"stand-in for Secret {ref['name']} key {ref['key']}"
         else:
             path = var["valueFrom"]["fieldRef"]["fieldPath"]
             if path not in fields:

@@ -60,6 +60,11 @@ ASCEND_OVERLAY = paths.TOOLS_DIR / "ascend-overlay"
 SLIM_PYTHON = paths.TOOLS_DIR / "python-slim"
 VENDORED_PROXY = paths.CHART / "files" / "vendor" / "vllm-ascend-v0.13.0" / "load_balance_proxy_server_example.py"
 SYSTEM_PATH = "/usr/local/bin:/usr/bin:/bin"
+# The engines' key of the runs here (engine.apiKeySecret in tests/e2e/values.yaml, the Secret
+# pdcheck.render adds): every request the tests send carries it. Engines without a key ignore the
+# header, the PD proxy sends its own, Kthena's router forwards the client's.
+API_KEY = "mooncake-pd-e2e-key"
+AUTH = {"Authorization": f"Bearer {API_KEY}"}
 # The later engine versions' vLLM-Ascend images: the overlay of each (vLLM, vllm-ascend and
 # torch_npu of that release, requirements-ascend-overlay-<version>.txt) and its vendored proxy.
 LATER_ASCEND = ("v0.18.0", "v0.23.0")
@@ -339,12 +344,31 @@ def prepare(
             env[var["name"]] = translate(var["value"])
         elif "fieldRef" in var.get("valueFrom", {}):
             env.setdefault(var["name"], "127.0.0.1" if "IP" in var["name"] else var["name"].lower())
+        elif "secretKeyRef" in var.get("valueFrom", {}):
+            env[var["name"]] = secret_value(objects, var["valueFrom"]["secretKeyRef"])
     env.setdefault("HOME", "/root")
     env.update(python.env())
     context = {**(spec.get("securityContext") or {}), **(container.get("securityContext") or {})}
     user = (context["runAsUser"], context.get("runAsGroup", context["runAsUser"])) if "runAsUser" in context else None
     cwd = Path(translate(container["workingDir"])) if container.get("workingDir") else workdir
     return Container(container["name"], argv, env, cwd, user, _probe_url(container, address), mounts)
+
+
+def secret_value(objects: list[Manifest], ref: dict[str, Any]) -> str:
+    """A secretKeyRef's value from a Secret among `objects` (stringData, else base64 data), as the
+    kubelet reads it from the API server; a missing one fails as the kubelet does (the container
+    would not start: CreateContainerConfigError)."""
+    import base64
+
+    for obj in objects:
+        if obj["kind"] == "Secret" and obj["metadata"]["name"] == ref["name"]:
+            if ref["key"] in (obj.get("stringData") or {}):
+                return str(obj["stringData"][ref["key"]])
+            if ref["key"] in (obj.get("data") or {}):
+                return base64.b64decode(obj["data"][ref["key"]]).decode()
+    raise KeyError(
+        f"secretKeyRef {ref['name']}/{ref['key']}: no such Secret key among the objects (CreateContainerConfigError)"
+    )
 
 
 def _probe_url(container: dict[str, Any], address: str) -> str | None:
@@ -605,7 +629,7 @@ def post_json(
     url: str, body: dict[str, Any], timeout: float = REQUEST_TIMEOUT, headers: dict[str, str] | None = None
 ) -> dict[str, Any]:
     request = urllib.request.Request(
-        url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json", **(headers or {})}
+        url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json", **AUTH, **(headers or {})}
     )
     with urllib.request.urlopen(request, timeout=timeout) as answer:
         text = answer.read()

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from mooncake_pd import chartfiles, engines, manifests, verify
-from support.localpods import Network, Processes, prepare, run_to_end
+from support.localpods import AUTH, Network, Processes, prepare, run_to_end
 
 
 @dataclass
@@ -55,13 +55,15 @@ def pod_view(pod: engines.PodIdentity, role: dict[str, Any]) -> dict[str, Any]:
 
 
 def local_canary_io() -> verify.CanaryIO:
-    """verify's canary HTTP to the local 'pods': http://<pod>:<port> is 127.0.0.1:<port> here."""
+    """verify's canary HTTP to the local 'pods': http://<pod>:<port> is 127.0.0.1:<port> here; the
+    engines' key of the runs here goes with each request (localpods.AUTH), as the canary's
+    OPENAI_API_KEY does in a pod."""
     canary = chartfiles.program("kv_canary")
 
     def local(url: str) -> str:
         return re.sub(r"^http://[^:/]+:", "http://127.0.0.1:", url)
 
-    return (lambda url, body, timeout, headers: canary._post(local(url), body, timeout, headers)), (
+    return (lambda url, body, timeout, headers: canary._post(local(url), body, timeout, {**headers, **AUTH})), (
         lambda url, timeout: canary._get(local(url), timeout)
     )
 

@@ -21,6 +21,7 @@ import pytest
 
 from mooncake_pd import engines, helm, manifests, paths, verify
 from support.localpods import (
+    API_KEY,
     E2E_VENV,
     ENGINE_NICE,
     Container,
@@ -243,7 +244,19 @@ def render(models: Path, values: dict[str, Any] | None = None) -> list[manifests
     (dotted keys) on top."""
     where = {"model.path": str(models / "tiny"), "model.storage.mountPath": str(models)}
     where.update({"model.storage.hostPath": str(models), **(values or {})})
-    return manifests.parse(helm.template(paths.helm_binary(), (PRESET, E2E_VALUES), where))
+    objects = manifests.parse(helm.template(paths.helm_binary(), (PRESET, E2E_VALUES), where))
+    return [*objects, api_key_secret()]
+
+
+def api_key_secret() -> manifests.Manifest:
+    """The Secret tests/e2e/values.yaml's engine.apiKeySecret names, as a user creates it before
+    the install (the process kubelet reads it from the API server, localpods from the objects)."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": "e2e-api-key", "namespace": "default"},
+        "stringData": {"api-key": API_KEY},
+    }
 
 
 def engine(
