@@ -101,9 +101,11 @@ render: $(STAMP) $(RENDER_HELM_DEP) ## Render the chart with its defaults, valid
 
 # Two test processes (the machine has 2 cores); the e2e runs alone afterwards, its engines use both.
 PYTEST_PARALLEL := -n 2 --dist loadfile
-# make test-time: how many runs, and the seconds their median may take (issue #18).
+# make test-time: how many runs, and the seconds their median may take. The unit stage of the
+# warm gate took 193 s on a quiet 2-core machine (make test at 0de6b54, 2026-12-07: 2,426 tests)
+# and the gate is held to 17 min in all: 240 s leaves room for a busier machine, not for growth.
 RUNS ?= 3
-BUDGET ?= 150
+BUDGET ?= 240
 
 # tools-gate runs as a recipe line, not a prerequisite, so that a fresh machine's installs run two
 # at a time whatever -j make was given: the Python installs (network and disk) go on beside the
