@@ -153,44 +153,47 @@ def with_overrides(config: dict, overrides: dict) -> dict:
     return out
 
 
-def rope_limit(text: dict) -> tuple[float, str, str] | None:
-    """The longest context vLLM derives from max_position_embeddings and RoPE scaling, with the
-    scaling's type and the key whose value was scaled (vllm v0.13.0 vllm/config/model.py
-    _get_and_verify_max_len ~2114-2140: every type but su, longrope and llama3 multiplies by its
-    factor; yarn scales original_max_position_embeddings; Gemma 3's length is scaled already).
-    None without max_position_embeddings."""
+# The RoPE types whose factor vLLM does not apply to the derived length ("": no scaling).
+UNSCALED_ROPE = frozenset({"", "default", "su", "longrope", "llama3"})
+
+
+def rope_limit(text: dict) -> tuple[float, str, str, int, object] | None:
+    """The longest context vLLM derives from max_position_embeddings and RoPE scaling: (that
+    length, the scaling's type, the key whose value is scaled, that value, the factor as the
+    config gives it) (vllm v0.13.0 vllm/config/model.py _get_and_verify_max_len ~2114-2140: every
+    type but su, longrope and llama3 multiplies by its factor; yarn scales
+    original_max_position_embeddings; Gemma 3's length is scaled already). None without
+    max_position_embeddings."""
     limit = text.get("max_position_embeddings")
     if not isinstance(limit, int) or isinstance(limit, bool):
         return None
     rope = text.get("rope_scaling") or text.get("rope_parameters")
     if not isinstance(rope, dict) or "gemma3" in str(text.get("model_type", "")):
-        return float(limit), "", "max_position_embeddings"
+        return float(limit), "", "max_position_embeddings", limit, 1.0
     kind = str(rope.get("rope_type") or rope.get("type") or "default")
-    if kind in ("su", "longrope", "llama3", "default"):
-        return float(limit), kind, "max_position_embeddings"
-    base, source = float(limit), "max_position_embeddings"
+    if kind in UNSCALED_ROPE:
+        return float(limit), kind, "max_position_embeddings", limit, 1.0
+    base, source = limit, "max_position_embeddings"
     if kind == "yarn" and isinstance(rope.get("original_max_position_embeddings"), int):
-        base, source = float(rope["original_max_position_embeddings"]), "original_max_position_embeddings"
+        base, source = rope["original_max_position_embeddings"], "original_max_position_embeddings"
     factor = rope.get("factor", 1.0)
-    return base * float(factor if isinstance(factor, (int, float)) else 1.0), kind, source
+    return float(base) * float(factor if isinstance(factor, (int, float)) else 1.0), kind, source, base, factor
 
 
 def check_max_model_len(text: dict, max_model_len: int, key: str) -> str:
     found = rope_limit(text)
     if found is None:
         return f"max-model-len {max_model_len}"
-    limit, kind, source = found
+    limit, kind, source, base, factor = found
     plain = int(text["max_position_embeddings"])
     if max_model_len <= limit:
         scaled = f" ({kind} RoPE scaling allows up to {int(limit)})" if max_model_len > plain else ""
         return f"max-model-len {max_model_len}{scaled}"
-    rope: dict = text.get("rope_scaling") or text.get("rope_parameters") or {}
-    if kind not in ("", "default", "su", "longrope", "llama3"):
-        base = rope.get("original_max_position_embeddings", plain) if kind == "yarn" else plain
-        needed = -(-max_model_len // int(base))
+    if kind not in UNSCALED_ROPE:
+        needed = -(-max_model_len // base)
         raise Refusal(
             f"max-model-len {max_model_len} is above the {int(limit)} tokens the model's {kind} RoPE scaling "
-            f"reaches ({source} {int(base)} x factor {rope.get('factor', 1.0)})",
+            f"reaches ({source} {base} x factor {factor})",
             key,
             f"set it to at most {int(limit)}, or model.hfOverrides.rope_scaling.factor to {needed} or more",
         )

@@ -414,12 +414,12 @@ def derived(
     preflight = chartfiles.program("preflight")
     overrides = effective["model"].get("hfOverrides") or {}
     text, _ = preflight.text_config(preflight.with_overrides(model.raw, overrides))
-    derived = preflight.rope_limit(text)
-    limit = int(derived[0]) if derived else None
-    if derived and limit and max_model_len > limit:
-        scaled = derived[1] not in ("", "default", "su", "longrope", "llama3")
+    reached = preflight.rope_limit(text)
+    limit = int(reached[0]) if reached else None
+    if reached and limit and max_model_len > limit:
+        scaled = reached[1] not in preflight.UNSCALED_ROPE
         reach = (
-            f"the {limit} tokens its {derived[1]} RoPE scaling reaches"
+            f"the {limit} tokens its {reached[1]} RoPE scaling reaches"
             if scaled
             else f"max_position_embeddings ({limit})"
         )
