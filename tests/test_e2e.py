@@ -35,8 +35,6 @@ import json
 import re
 import shutil
 import time
-import urllib.error
-import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -54,6 +52,7 @@ from support.localpods import (
     Network,
     Processes,
     get_text,
+    http_status,
     post_json,
     prepare,
     run_to_end,
@@ -151,15 +150,6 @@ class Run:
     key_statuses: dict[str, int] = field(default_factory=dict)
 
 
-def _status(url: str, headers: dict[str, str]) -> int:
-    """The HTTP status of a GET, an error status included."""
-    try:
-        with urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=60) as answer:
-            return int(answer.status)
-    except urllib.error.HTTPError as e:
-        return int(e.code)
-
-
 def _spec(objects, kind: str, name: str) -> tuple[dict[str, Any], dict[str, Any]]:
     obj = manifests.one(objects, kind, name)
     spec = obj["spec"] if kind == "Pod" else obj["spec"]["template"]["spec"]
@@ -248,9 +238,9 @@ def _pd_phases(result, run, objects, roles, network, engine_procs, pods, proxy_u
     result.timings["pd_requests"] = time.monotonic() - clock - result.timings["pd_ready"]
     decode_base = decode_metrics.removesuffix("/metrics")
     result.key_statuses = {
-        "/v1/models without the key": _status(f"{decode_base}/v1/models", {}),
-        "/v1/models with the key": _status(f"{decode_base}/v1/models", AUTH),
-        "/metrics without the key": _status(decode_metrics, {}),
+        "/v1/models without the key": http_status(f"{decode_base}/v1/models"),
+        "/v1/models with the key": http_status(f"{decode_base}/v1/models", headers=AUTH),
+        "/metrics without the key": http_status(decode_metrics),
     }
 
     # 3. The helm test pod, verify's own collection and judgement, the benchmark Job.

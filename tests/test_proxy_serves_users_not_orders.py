@@ -20,11 +20,9 @@ their overlays, installed for `make test-all` only (marker `full`)."""
 from __future__ import annotations
 
 import json
-import socket
 import sys
 import time
 import urllib.error
-import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,7 +31,16 @@ from typing import Any
 import pytest
 
 from mooncake_pd import chartfiles, paths
-from support.localpods import LATER_ASCEND, VENDORED_PROXIES, Processes, image_python, post_json, wait_ready
+from support.kube.cluster import free_port
+from support.localpods import (
+    LATER_ASCEND,
+    VENDORED_PROXIES,
+    Processes,
+    http_status,
+    image_python,
+    post_json,
+    wait_ready,
+)
 
 TESTS = Path(__file__).resolve().parent
 GUARD = paths.CHART / "files" / "proxy_guard.py"
@@ -57,12 +64,6 @@ CLIENT_PARAMS = {
 
 def later(version: str) -> Any:
     return pytest.param(version, marks=pytest.mark.full) if version in LATER_ASCEND else version
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass
@@ -113,16 +114,6 @@ def proxy_argv(version: str, standins: Standins, port: int, guarded: bool) -> tu
     return argv, env
 
 
-def status_of(method: str, url: str, body: dict[str, Any] | None = None) -> int:
-    data = json.dumps(body).encode() if body is not None else None
-    request = urllib.request.Request(url, data=data, method=method, headers={"Content-Type": "application/json"})
-    try:
-        with urllib.request.urlopen(request, timeout=30) as answer:
-            return int(answer.status)
-    except urllib.error.HTTPError as e:
-        return int(e.code)
-
-
 def orders(standins: Standins) -> list[tuple[str, str, dict[str, Any] | None]]:
     """What a client sends to steer the proxy: the other host in as decode, the rendered decode out."""
     other = f"127.0.0.1:{standins.ports['other']}"
@@ -169,9 +160,9 @@ def test_the_guarded_proxy_refuses_client_orders_and_sends_only_to_the_rendered_
         ("POST", "/healthcheck", {}),
         ("POST", "/v1/completions/", {"model": "ds_r1", "prompt": "Hi"}),
     ]
-    answers = {f"{method} {path}": status_of(method, base + path, body) for method, path, body in refused}
+    answers = {f"{method} {path}": http_status(base + path, method, body) for method, path, body in refused}
     assert answers == {key: 404 for key in answers}
-    assert status_of("GET", base + "/healthcheck") == 200
+    assert http_status(base + "/healthcheck") == 200
     seen = {who: len(standins.requests(who)) for who in standins.ports}
     for _ in range(PROMPTS):
         assert chat(base)["choices"][0]["message"]["content"]
@@ -189,7 +180,7 @@ def test_without_the_guard_a_client_reroutes_the_proxy_and_steers_decode(
 ):
     """The control: the script alone, as the chart ran it before the guard."""
     base = start(processes, version, standins, guarded=False)
-    assert [status_of(method, base + path, body) for method, path, body in orders(standins)] == [200, 200]
+    assert [http_status(base + path, method, body) for method, path, body in orders(standins)] == [200, 200]
     seen = len(standins.requests("other"))
     deadline = time.monotonic() + REROUTE_WAIT_S
     failures = []

@@ -15,15 +15,19 @@ benchmark Job bench_result.py; the PD proxy proxy_guard.py. */}}
 {{- if .Values.benchmark.enabled }}{{ $names = append $names "bench_result.py" }}{{ end -}}
 {{- $files := dict -}}
 {{- range $name := $names }}{{ $_ := set $files $name ($.Files.Get (printf "files/%s" $name)) }}{{ end -}}
-{{- /* The PD proxy's guard, and the vendored proxy where its image lacks it
-(mooncake-pd.profile.proxyScript). */ -}}
 {{- if eq .Values.router.type "proxy" }}
-{{- $_ := set $files "proxy_guard.py" ($.Files.Get "files/proxy_guard.py") }}
-{{- with include "mooncake-pd.profile.proxyScript" . }}
-{{- $_ := set $files (base .) ($.Files.Get (printf "files/%s" .)) }}
-{{- end -}}
+{{- range $path := include "mooncake-pd.programs.proxy" . | fromJsonArray }}{{ $_ := set $files (base $path) ($.Files.Get (printf "files/%s" $path)) }}{{ end -}}
 {{- end -}}
 {{- toJson $files -}}
+{{- end }}
+
+{{/* The programs the PD proxy pod runs from the ConfigMap, as paths under chart/files (JSON
+list): the guard, and the vendored proxy where its image lacks it
+(mooncake-pd.profile.proxyScript). */}}
+{{- define "mooncake-pd.programs.proxy" -}}
+{{- $paths := list "proxy_guard.py" -}}
+{{- with include "mooncake-pd.profile.proxyScript" . }}{{ $paths = append $paths . }}{{ end -}}
+{{- toJson $paths -}}
 {{- end }}
 
 {{/* The programs an engine pod runs besides the preflight (which has a checksum of its own):

@@ -630,7 +630,7 @@ def collect(
     post, get = canary_io or port_forward_io(core, namespace)
     canary = chartfiles.program("kv_canary")
     results = canary.run(config, canary.with_api_key(post, api_key), get)
-    return Snapshot(modelserving, pods, response, logs, error, snapshot.metrics, [asdict(r) for r in results], warnings)
+    return replace(snapshot, canary=[asdict(r) for r in results])
 
 
 def served_name(modelserving: dict[str, Any]) -> str:

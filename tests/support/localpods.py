@@ -29,6 +29,7 @@ and stopped by PID (its whole process group) by Processes.close(), also when a t
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import fcntl
 import hashlib
@@ -358,8 +359,6 @@ def secret_value(objects: list[Manifest], ref: dict[str, Any]) -> str:
     """A secretKeyRef's value from a Secret among `objects` (stringData, else base64 data), as the
     kubelet reads it from the API server; a missing one fails as the kubelet does (the container
     would not start: CreateContainerConfigError)."""
-    import base64
-
     for obj in objects:
         if obj["kind"] == "Secret" and obj["metadata"]["name"] == ref["name"]:
             if ref["key"] in (obj.get("stringData") or {}):
@@ -643,6 +642,22 @@ def post_json(
             f"POST {url}: HTTP {status}, not JSON ({err.msg}); the body, {len(text)} bytes: {text[:300]!r}"
         ) from err
     return parsed
+
+
+def http_status(
+    url: str, method: str = "GET", body: dict[str, Any] | None = None, headers: dict[str, str] | None = None
+) -> int:
+    """The HTTP status a request gets, an error status included (no key unless `headers` has it:
+    what a client without one sees)."""
+    data = json.dumps(body).encode() if body is not None else None
+    request = urllib.request.Request(
+        url, data=data, method=method, headers={"Content-Type": "application/json", **(headers or {})}
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=REQUEST_TIMEOUT) as answer:
+            return int(answer.status)
+    except urllib.error.HTTPError as e:
+        return int(e.code)
 
 
 def get_text(url: str, timeout: float = PAGE_TIMEOUT) -> str:

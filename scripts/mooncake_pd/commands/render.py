@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -13,8 +14,6 @@ from mooncake_pd.commands import SUMMARIES
 def _helm_origin(binary: Path, given: str) -> str:
     """Where the helm in use comes from, for the summary line: the pinned download, $HELM, the
     --helm given, or the `helm` on PATH (a tool installed outside a checkout has no pinned one)."""
-    import os
-
     if binary.resolve().is_relative_to(paths.TOOLS_DIR.resolve()):
         return f"the pinned download, {binary}"
     if os.environ.get("HELM") and given == os.environ["HELM"]:
