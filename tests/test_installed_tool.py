@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from mooncake_pd import paths
+from mooncake_pd import header, paths
 
 MODEL = Path(__file__).parent / "fixtures" / "models" / "Qwen3-8B"
 # What pyproject.toml builds the package from; copied so that the build leaves nothing in the checkout.
@@ -101,7 +101,9 @@ def test_generate_and_render_outside_the_checkout(installed: Path, elsewhere: Pa
         "# yaml-language-server: $schema=https://raw.githubusercontent.com/mooncake-pd/mooncake-pd/"
         f"v{version}/chart/values.schema.json\n"
     )
-    assert "\n#   mooncake-pd generate --model-dir " in text
+    # The recorded command, read as update reads it: a long --model-dir (a deep checkout) wraps it
+    # onto continuation lines.
+    assert (header.command(text) or [])[:3] == ["mooncake-pd", "generate", "--model-dir"], text[:400]
     rendered = tool(
         installed, elsewhere, "render", "--helm", paths.helm_binary(), "-f", "values.yaml", "--out", "o.yaml"
     )
