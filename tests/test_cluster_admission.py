@@ -58,11 +58,22 @@ def refusals(api: Client, objects: list[dict[str, Any]]) -> list[str]:
     ModelServing's pod templates included (as Pods)."""
     found = []
     pods = [pod for obj in objects for pod in template_pods(obj)]
-    for obj in [*objects, *pods]:
-        try:
-            api.apply(obj, dry_run=True)
-        except ApiError as e:
-            found.append(f"{obj['kind']}/{obj['metadata']['name']}: {e.message}")
+    # The ServiceAccount admission plugin refuses a Pod whose ServiceAccount does not exist. helm
+    # creates a release's ServiceAccounts before anything that makes pods (and its test pod is a
+    # hook, run after the install), so they exist by then; a dry run stores nothing, so they are
+    # created for the check and deleted after it.
+    accounts = [obj for obj in objects if obj["kind"] == "ServiceAccount"]
+    for account in accounts:
+        api.apply(account)
+    try:
+        for obj in [*objects, *pods]:
+            try:
+                api.apply(obj, dry_run=True)
+            except ApiError as e:
+                found.append(f"{obj['kind']}/{obj['metadata']['name']}: {e.message}")
+    finally:
+        for account in accounts:
+            api.delete(account)
     return found
 
 

@@ -48,7 +48,7 @@ import pytest
 
 from conftest import Rendered, Renderer
 from mooncake_pd import bench, engines, paths, validate, vllmflags
-from support import netpol
+from support import netpol, podlisting
 from support.localpods import (
     E2E_VENV,
     LATER_ASCEND,
@@ -64,6 +64,7 @@ from support.localpods import (
     run_to_end,
     wait_ready,
 )
+from support.podlisting import PodListing
 
 # The stand-ins and the proxy listen on fixed ports, so this module runs in one process: `make
 # test` runs tests in two with --dist loadfile, which keeps a module on one worker (xdist 3.8's
@@ -287,16 +288,37 @@ def run_scenario(rendered: Rendered, servers: Servers, workdir: Path) -> dict[st
     servers.keep_only(list(running.values()))
     outcomes = {where: servers.serve(server) for where, server in running.items()}
     processes = Processes(OUT / "logs")
+    listings: list[PodListing] = []
     try:
         for where, client in prepared.items():
             if where not in outcomes:
                 key = _key(client)
                 if key not in _outcomes:
+                    listings += _list_pods_for(client, workdir / f"listing-{len(listings)}")
                     _outcomes[key] = _run_client(processes, client)
                 outcomes[where] = _outcomes[key]
     finally:
         processes.close()
+        for listing in listings:
+            listing.close()
     return outcomes
+
+
+def _list_pods_for(client: Container, folder: Path) -> list[PodListing]:
+    """The KV canary behind Kthena's router lists the engine pods first: a stand-in of that one
+    API call (tests/support/podlisting.py) with a prefill and a decode pod at the stand-in
+    engine's address (both roles on one port under the router), its token and CA laid out where
+    the container's projected volume is."""
+    discover = json.loads(client.env.get("CANARY_CONFIG", "{}")).get("discover")
+    if not discover:
+        return []
+    pods = [
+        podlisting.engine_pod(f"standin-{role}", "standin-0", discover["roles"][role], "127.0.0.1")
+        for role in ("prefill", "decode")
+    ]
+    listing = PodListing(folder, discover["namespace"], pods)
+    client.env.update(listing.lay_out(Path(discover["serviceAccount"])))
+    return [listing]
 
 
 def _check_server(server: Container, standins: Path) -> str:

@@ -213,9 +213,3 @@ def test_the_cronjob_and_its_alert(render: Renderer):
         (p.get("podSelector") or {}).get("matchExpressions", [{}])[0].get("values") == ["test", "kv-canary"]
         for p in peers
     )
-
-
-def test_no_canary_where_no_render_knows_the_pairs(render: Renderer):
-    rendered = render((paths.VALUES_DIR / "deepseek-r1-distill-qwen-7b-a3-1p1d-kthena-autoscaling-cost-first.yaml",))
-    assert [c["name"] for c in rendered.one("Pod")["spec"]["containers"]] == ["chat"]
-    assert rendered.find("CronJob") == [] and "kv_canary.py" not in rendered.one("ConfigMap")["data"]

@@ -157,7 +157,7 @@ EXPECTED = {
 {HEAD} |
 | prefill                                 | yes | yes | yes | yes | yes | yes | yes | yes |
 | decode                                  | yes | yes | yes | yes | yes | yes | yes | yes |
-| test                                    | no  | no  | no  | no  | no  | no  | no  | no  |
+| test                                    | yes | no  | no  | no  | yes | no  | no  | no  |
 | pod in the release namespace            | no  | no  | no  | no  | no  | no  | no  | no  |
 | pod in namespace clients                | no  | no  | no  | no  | no  | no  | no  | no  |
 | pod in another namespace                | no  | no  | no  | no  | no  | no  | no  | no  |

@@ -26,10 +26,25 @@ a fresh nonce, so decode's own prefix cache cannot answer it. Other traffic only
 counters, so a busy deployment never fails it falsely; a failure counted while it ran fails the
 pair, whoever's request it was.
 
-Env: CANARY_CONFIG, JSON: {"model", "prompt", "maxTokens", "prefill": [{"name", "url"}],
-"decode": [{"name", "url"}], "transferMetrics": {"count", "failed"} or null}; OPENAI_API_KEY
-(engine.apiKeySecret, optional), sent to the engines as a bearer token.
-Exit 0 when every pair passed, 1 otherwise. Python 3.9+, standard library only.
+Which pairs: behind the PD proxy, the instances the proxy itself is given (the replica Services,
+listed at render: "prefill" and "decode"). Behind Kthena's router, the pods the router finds
+("discover"): the canary lists the release's engine pods from the API server at each run, by
+the labels Kthena v1.0.0 sets (pkg/apis/workload/v1alpha1/labels.go), and pairs each Ready
+decode entry pod with each Ready prefill entry pod of its serving group, as the router pairs
+them (pkg/kthena-router/scheduler/scheduler_impl.go, Schedule: GetPrefillPodsForDecodeGroup). A
+rollout renumbers groups, and the autoscaler adds and removes replicas; a list made at render
+would then judge pods that are gone and miss those that came. A pod that is gone or no longer
+Ready when its pair's turn comes (a rollout under way) is skipped and said, never failed: its
+replacement is judged at the next run.
+
+Env: CANARY_CONFIG, JSON: {"model", "prompt", "maxTokens", "transferMetrics": {"count",
+"failed"} or null, and either "prefill": [{"name", "url"}], "decode": [{"name", "url"}] or
+"discover": {"namespace", "selector", "roles": {"prefill", "decode"}, "port": {"prefill",
+"decode"}, "serviceAccount": the folder of the token, ca.crt (a projected volume)}};
+KUBERNETES_SERVICE_HOST and KUBERNETES_SERVICE_PORT (set by the kubelet) with "discover";
+OPENAI_API_KEY (engine.apiKeySecret, optional), sent to the engines as a bearer token.
+Exit 0 when every pair judged passed and at least one was, 1 otherwise. Python 3.9+, standard
+library only.
 """
 
 from __future__ import annotations
@@ -37,9 +52,11 @@ from __future__ import annotations
 import json
 import os
 import re
+import ssl
 import sys
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -68,10 +85,24 @@ PREFILL_PARAMS = {
 # post(url, body, timeout, headers) -> (HTTP status, JSON body); get(url, timeout) -> text.
 Post = Callable[[str, dict[str, Any], float, dict[str, str]], tuple[int, dict[str, Any]]]
 Get = Callable[[str, float], str]
+# (prefill, decode) instances, each {"name", "url"}.
+Pairs = list[tuple[dict[str, str], dict[str, str]]]
 
 
 class Unreachable(Exception):
     """An engine did not answer at all (connection refused, DNS, timeout)."""
+
+
+class ApiError(Exception):
+    """The API server did not list the pods (no access, no answer)."""
+
+
+# The labels Kthena v1.0.0 sets on the pods of a ModelServing
+# (pkg/apis/workload/v1alpha1/labels.go): its name, the serving group, the role, and the entry
+# pod of a role instance (the one that serves; workers of a multi-node instance do not).
+GROUP_LABEL = "modelserving.volcano.sh/group-name"
+ROLE_LABEL = "modelserving.volcano.sh/role"
+ENTRY_LABEL = "modelserving.volcano.sh/entry"
 
 
 @dataclass
@@ -86,8 +117,11 @@ class PairResult:
     failed_transfers: float | None = None
     answer: str = ""
     reference: str | None = None
+    skipped: str = ""
 
     def line(self) -> str:
+        if self.skipped:
+            return f"SKIP: {self.prefill} -> {self.decode}: {self.skipped}; {'; '.join(self.problems)}"
         head = f"{'PASS' if self.ok else 'FAIL'}: {self.prefill} -> {self.decode}"
         facts = f"{EXTERNAL_HITS} +{self.external_hits:g} for {self.prompt_tokens} prompt tokens"
         if self.transfers is not None:
@@ -199,16 +233,70 @@ def probe_pair(
     return judge(result, before, after, config.get("transferMetrics"))
 
 
-def run(config: dict[str, Any], post: Post, get: Get, now: Callable[[], float] = time.time) -> list[PairResult]:
-    """Every prefill x decode pair, as the router may pair them, one after the other."""
+def static_pairs(config: dict[str, Any]) -> Pairs:
+    """Every prefill x decode instance of a rendered list, as the PD proxy may pair them."""
+    return [(p, d) for p in config["prefill"] for d in config["decode"]]
+
+
+def serving(pod: dict[str, Any]) -> bool:
+    """A pod that serves: not being deleted, Ready, with an address."""
+    status = pod.get("status") or {}
+    ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or [])
+    return ready and bool(status.get("podIP")) and not (pod.get("metadata") or {}).get("deletionTimestamp")
+
+
+def pod_url(pod: dict[str, Any], port: int) -> str:
+    address = pod["status"]["podIP"]
+    return f"http://{f'[{address}]' if ':' in address else address}:{port}"
+
+
+def discovered_pairs(discover: dict[str, Any], pods: list[dict[str, Any]]) -> Pairs:
+    """Kthena's router's pairs among `pods`: each serving decode entry pod with each serving
+    prefill entry pod of the same group, by pod name."""
+    by_role: dict[str, list[dict[str, Any]]] = {"prefill": [], "decode": []}
+    for pod in sorted(pods, key=lambda p: p["metadata"]["name"]):
+        labels = pod["metadata"].get("labels") or {}
+        if labels.get(ENTRY_LABEL) != "true" or not serving(pod):
+            continue
+        for role in by_role:
+            if labels.get(ROLE_LABEL) == discover["roles"][role]:
+                by_role[role].append(pod)
+
+    def instance(pod: dict[str, Any], role: str) -> dict[str, str]:
+        return {"name": pod["metadata"]["name"], "url": pod_url(pod, int(discover["port"][role]))}
+
+    def group(pod: dict[str, Any]) -> str | None:
+        return (pod["metadata"].get("labels") or {}).get(GROUP_LABEL)
+
+    return [
+        (instance(p, "prefill"), instance(d, "decode"))
+        for d in by_role["decode"]
+        for p in by_role["prefill"]
+        if group(p) == group(d)
+    ]
+
+
+def run(
+    config: dict[str, Any],
+    post: Post,
+    get: Get,
+    now: Callable[[], float] = time.time,
+    pairs: Pairs | None = None,
+    still_serving: Callable[[list[str]], bool] | None = None,
+) -> list[PairResult]:
+    """Every pair (the rendered lists' unless `pairs` is given), one after the other. A pair
+    that does not answer fails, unless `still_serving` says one of its pods is gone or no longer
+    Ready (a rollout under way): then it is skipped and said."""
     results = []
-    for p_index, prefill in enumerate(config["prefill"]):
-        for d_index, decode in enumerate(config["decode"]):
-            nonce = f"{int(now() * 1e6)}-{p_index}-{d_index}"
-            try:
-                results.append(probe_pair(prefill, decode, config, nonce, post, get))
-            except Unreachable as err:
-                results.append(PairResult(prefill["name"], decode["name"], problems=[f"not reachable: {err}"]))
+    for index, (prefill, decode) in enumerate(static_pairs(config) if pairs is None else pairs):
+        nonce = f"{int(now() * 1e6)}-{index}"
+        try:
+            results.append(probe_pair(prefill, decode, config, nonce, post, get))
+        except Unreachable as err:
+            result = PairResult(prefill["name"], decode["name"], problems=[f"not reachable: {err}"])
+            if still_serving is not None and not still_serving([prefill["name"], decode["name"]]):
+                result.skipped = "a pod of the pair is gone or no longer Ready (a rollout or a scale-in)"
+            results.append(result)
     return results
 
 
@@ -237,15 +325,15 @@ def _get(url: str, timeout: float) -> str:
         raise Unreachable(f"{url}: {err}") from err
 
 
-def wait_reachable(config: dict[str, Any], get: Get, sleep: Callable[[float], None] = time.sleep) -> list[str]:
-    """Retry while engines do not answer yet (helm test right after an install): the URLs that
-    never answered."""
-    urls = [e["url"] + "/health" for e in config["prefill"] + config["decode"]]
+def wait_reachable(urls: list[str], get: Get, sleep: Callable[[float], None] = time.sleep) -> list[str]:
+    """Retry while engines do not answer yet (helm test right after an install): the base URLs
+    whose /health never answered."""
+    missing = list(urls)
     for attempt in range(1, ATTEMPTS + 1):
         missing = []
         for url in urls:
             try:
-                get(url, 10)
+                get(url + "/health", 10)
             except Unreachable:
                 missing.append(url)
         if not missing:
@@ -256,6 +344,74 @@ def wait_reachable(config: dict[str, Any], get: Get, sleep: Callable[[float], No
             )
             sleep(RETRY_SECONDS)
     return missing
+
+
+# Where the kubelet projects the pod's ServiceAccount token and the cluster's CA (the chart mounts
+# them into the canary's container alone: kv-canary-rbac.yaml).
+SERVICE_ACCOUNT = "/var/run/secrets/kubernetes.io/serviceaccount"
+API_TIMEOUT_SECONDS = 30
+
+
+def api_pods(discover: dict[str, Any], env: dict[str, str]) -> list[dict[str, Any]]:
+    """The pods of discover's namespace and label selector, from the API server the pod's
+    environment names, with its ServiceAccount's token (read at each call: the kubelet rotates
+    a projected token)."""
+    host, port = env.get("KUBERNETES_SERVICE_HOST", ""), env.get("KUBERNETES_SERVICE_PORT", "")
+    if not host or not port:
+        raise ApiError("KUBERNETES_SERVICE_HOST or KUBERNETES_SERVICE_PORT is unset: the canary is not in a pod")
+    folder = discover.get("serviceAccount") or SERVICE_ACCOUNT
+    try:
+        with open(os.path.join(folder, "token")) as f:
+            token = f.read().strip()
+        context = ssl.create_default_context(cafile=os.path.join(folder, "ca.crt"))
+    except (OSError, ssl.SSLError) as err:
+        raise ApiError(f"no ServiceAccount token or CA in {folder}: {err}") from err
+    query = urllib.parse.urlencode({"labelSelector": discover["selector"]})
+    namespace = urllib.parse.quote(discover["namespace"], safe="")
+    url = f"https://{f'[{host}]' if ':' in host else host}:{port}/api/v1/namespaces/{namespace}/pods?{query}"
+    request = urllib.request.Request(url, headers={"Authorization": f"Bearer {token}", "Accept": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=API_TIMEOUT_SECONDS, context=context) as resp:
+            items: list[dict[str, Any]] = json.load(resp).get("items") or []
+            return items
+    except urllib.error.HTTPError as err:
+        raise ApiError(f"{url}: HTTP {err.code}: {err.read()[:300].decode(errors='replace')}") from err
+    except (urllib.error.URLError, OSError, ValueError) as err:
+        raise ApiError(f"{url}: {err}") from err
+
+
+def run_discovered(
+    config: dict[str, Any],
+    list_pods: Callable[[], list[dict[str, Any]]],
+    post: Post,
+    get: Get,
+    sleep: Callable[[float], None] = time.sleep,
+) -> list[PairResult]:
+    """The pairs Kthena's router would form now, judged; found again while there is none, or
+    while every pair found was skipped (its pods went during the run), up to ATTEMPTS times."""
+    discover = config["discover"]
+
+    def still_serving(names: list[str]) -> bool:
+        try:
+            alive = {p["metadata"]["name"] for p in list_pods() if serving(p)}
+        except ApiError:
+            return True  # cannot tell: the pair's failure stands
+        return all(name in alive for name in names)
+
+    results: list[PairResult] = []
+    for attempt in range(1, ATTEMPTS + 1):
+        pairs = discovered_pairs(discover, list_pods())
+        if pairs:
+            results = run(config, post, get, pairs=pairs, still_serving=still_serving)
+            if any(not r.skipped for r in results):
+                return results
+            why = "every pair found went away during the run"
+        else:
+            why = f"no Ready prefill/decode pair of one serving group among the pods of {discover['selector']}"
+        if attempt < ATTEMPTS:
+            print(f"attempt {attempt}: {why}; looking again in {RETRY_SECONDS}s", flush=True)
+            sleep(RETRY_SECONDS)
+    return results
 
 
 def with_api_key(post: Post, api_key: str) -> Post:
@@ -271,16 +427,30 @@ def with_api_key(post: Post, api_key: str) -> Post:
 
 def main(env: dict[str, str]) -> int:
     config = json.loads(env["CANARY_CONFIG"])
-    missing = wait_reachable(config, _get)
-    if missing:
-        print(f"FAIL: not reachable: {', '.join(missing)}")
-        return 1
-    results = run(config, with_api_key(_post, env.get("OPENAI_API_KEY", "")), _get)
+    post = with_api_key(_post, env.get("OPENAI_API_KEY", ""))
+    if config.get("discover"):
+        try:
+            results = run_discovered(config, lambda: api_pods(config["discover"], env), post, _get)
+        except ApiError as err:
+            print(f"FAIL: the engine pods could not be listed: {err}")
+            return 1
+    else:
+        pairs = static_pairs(config)
+        missing = wait_reachable([e["url"] for e in config["prefill"] + config["decode"]], _get)
+        if missing:
+            print(f"FAIL: not reachable: {', '.join(u + '/health' for u in missing)}")
+            return 1
+        results = run(config, post, _get, pairs=pairs)
     for result in results:
         print(result.line(), flush=True)
-    passed = sum(r.ok for r in results)
-    print(f"kv canary: {passed} of {len(results)} prefill/decode pairs moved the KV cache and answered from it")
-    return 0 if results and passed == len(results) else 1
+    judged = [r for r in results if not r.skipped]
+    passed = sum(r.ok for r in judged)
+    skipped = f" ({len(results) - len(judged)} skipped: gone during the run)" if len(judged) < len(results) else ""
+    if not judged:
+        print("FAIL: no prefill/decode pair to judge")
+        return 1
+    print(f"kv canary: {passed} of {len(judged)} prefill/decode pairs moved the KV cache and answered from it{skipped}")
+    return 0 if passed == len(judged) else 1
 
 
 if __name__ == "__main__":

@@ -34,7 +34,10 @@ VALUES: dict[str, Any] = {
 # The helm hooks (the test pod, the benchmark Job): run as processes against the router instead.
 HOOK_KINDS = ("Pod", "Job")
 # What the run deletes again, the last applied first (the cluster may serve another run).
-OWNED_KINDS = ("ModelServing", "ModelServer", "ModelRoute", "ConfigMap", "Service")
+OWNED_KINDS = (
+    *("ModelServing", "ModelServer", "ModelRoute", "ConfigMap", "Service"),
+    *("ServiceAccount", "Role", "RoleBinding"),  # the KV canary's access to the API server
+)
 
 
 def engine_pods(api: Client) -> dict[str, dict[str, Any]]:
