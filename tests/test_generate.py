@@ -16,7 +16,7 @@ from conftest import Renderer, assert_valid
 from mooncake_pd import chartfiles, header, model, paths
 from mooncake_pd import generate as gen
 from mooncake_pd.header import command_lines
-from mooncake_pd.values_file import MODELINE, schema_ref
+from mooncake_pd.values_file import MODELINE, dump_new, schema_ref
 
 FIXTURES = Path(__file__).parent / "fixtures"
 MODELS = FIXTURES / "models"
@@ -1148,3 +1148,55 @@ def test_a_stand_in_architecture_is_refused_where_it_would_size_the_model_wrong(
     # A dense stand-in ignores the experts just the same.
     dense = cli("generate", "--model-dir", folder, "--architecture", "Qwen2ForCausalLM")
     assert dense.returncode == 2 and "num_local_experts: set (256), which Qwen2ForCausalLM ignores" in dense.stderr
+
+
+def test_multi_node_nvidia_says_what_moves_over_tcp_without_rdma(tmp_path: Path):
+    """Issue 52 item 5: a role over two NVIDIA nodes with accelerator.rdma off runs NCCL and NIXL's
+    UCX backend over TCP sockets between them; the header says so and names the key. Not on one
+    node, not with RDMA on (update drops the note), not on Ascend (HCCL over the NPUs' links)."""
+    two_nodes = ("--prefill-tp", "8", "--prefill-dp", "2", "--prefill-nodes", "2", "--decode-tp", "8")
+    out = tmp_path / "nvidia.yaml"
+    proc = cli(
+        "generate",
+        "--model-dir",
+        MODELS / "Llama-3.1-8B-Instruct",
+        "--accelerator",
+        "nvidia",
+        *two_nodes,
+        "--decode-dp",
+        "1",
+        "--output",
+        out,
+    )
+    assert proc.returncode == 0, proc.stderr
+    note = "RDMA: prefill (2 nodes) span nodes with accelerator.rdma off: NCCL (TP, DP and expert parallel"
+    assert note in proc.stderr and f"# {note}" in out.read_text()
+    assert "set accelerator.rdma.enabled: true" in proc.stderr
+    single = cli("generate", "--model-dir", MODELS / "Llama-3.1-8B-Instruct", "--accelerator", "nvidia")
+    assert single.returncode == 0 and "RDMA: " not in single.stderr
+    out.write_text(
+        out.read_text().replace(
+            "accelerator:\n  type: nvidia\n", "accelerator:\n  type: nvidia\n  rdma:\n    enabled: true\n"
+        )
+    )
+    assert cli("update", out, "--model-dir", MODELS / "Llama-3.1-8B-Instruct").returncode == 0
+    assert "RDMA: " not in out.read_text()
+    ascend = cli(
+        "generate", "--model-dir", MODELS / "Qwen3-8B", "--accelerator", "ascend-a2", *two_nodes, "--decode-dp", "1"
+    )
+    assert ascend.returncode == 0 and "RDMA: " not in ascend.stderr, ascend.stderr
+
+
+def test_a_release_schema_url_says_when_it_resolves():
+    """Issue 52 item 5: a file an installed tool writes points its schema line at the chart
+    version's release tag, made only at release: the next line says so; a checkout's relative
+    schema path needs no such line."""
+    url = "https://raw.githubusercontent.com/mooncake-pd/mooncake-pd/v9.8.7/chart/values.schema.json"
+    text = dump_new({"a": 1}, ["title"], url)
+    assert text.splitlines()[:3] == [
+        f"{MODELINE}{url}",
+        "# The schema above is chart 9.8.7's, at its release tag v9.8.7: it resolves once 9.8.7 is released; "
+        "before that, point it at chart/values.schema.json of a checkout.",
+        "# title",
+    ]
+    assert dump_new({"a": 1}, ["title"], "../chart/values.schema.json").splitlines()[1] == "# title"

@@ -34,6 +34,7 @@ NOTE_PREFIXES = (
     "max-num-seqs sized for ",
     "KV cache: ",
     "weights: ",
+    "RDMA: ",
 )
 # What a layer kind keeps, in the notes (architectures.yaml layers).
 KIND_WORDS = {"sliding": "sliding-window", "chunked": "chunked-local", "linear": "linear-attention"}
@@ -551,7 +552,34 @@ def derived(
         if role == "decode" and result.seqs_that_fit > seqs:
             hints.append(room_hint(seqs, result.seqs_that_fit, expected))
     notes.extend(kv_notes(model, fits, hybrid, effective))
+    rdma = rdma_note(effective)
+    if rdma:
+        notes.append(rdma)
     return keys, Result(values={}, fits=fits, notes=notes, context_len=expected, hints=hints)
+
+
+def rdma_note(effective: dict[str, Any]) -> str | None:
+    """Where a role spans nodes on a family that offers RDMA between them (profiles.yaml
+    families.<family>.rdma without a refusal: NVIDIA) and accelerator.rdma is off: what moves
+    over TCP then, and the key that changes it. None otherwise."""
+    accelerator = ACCELERATORS[effective["accelerator"]["type"]]
+    family = profiles.load()["families"][accelerator.family]
+    if (family.get("rdma") or {}).get("refusal", "") != "" or (effective["accelerator"].get("rdma") or {}).get(
+        "enabled"
+    ):
+        return None
+    spread = [
+        f"{role} ({int(effective[role].get('workerReplicas') or 0) + 1} nodes)"
+        for role in ROLES
+        if int(effective[role].get("workerReplicas") or 0) > 0
+    ]
+    if not spread:
+        return None
+    return (
+        f"RDMA: {' and '.join(spread)} span nodes with accelerator.rdma off: NCCL (TP, DP and expert parallel "
+        "between nodes) and NIXL's UCX backend (the KV cache) use TCP sockets there; on an InfiniBand or RoCE fabric "
+        'set accelerator.rdma.enabled: true (docs/deployment.md, "Multi-node on NVIDIA: RDMA")'
+    )
 
 
 def room_hint(seqs: int, room: int, context_len: int) -> str:
