@@ -71,6 +71,15 @@ DESCRIPTION_GROUPS = (
     ("attention", re.compile(r"\.(self_attn|attn|attention)\.")),
     ("denseMlp", re.compile(r"\.mlp\.")),
 )
+# Bytes of a compressed-tensors scale_dtype (torch's names).
+SCALE_BYTES = {
+    "torch.uint8": 1.0,
+    "torch.float8_e4m3fn": 1.0,
+    "torch.float8_e8m0fnu": 1.0,
+    "torch.float16": 2.0,
+    "torch.bfloat16": 2.0,
+    "torch.float32": 4.0,
+}
 # Bytes per weight of a msModelSlim type (vLLM-Ascend v0.13.0 vllm_ascend/quantization/*.py
 # get_weight, above); W4A8_DYNAMIC depends on the description's version.
 MODELSLIM_BYTES = {"W8A8": 1.0, "W8A8_DYNAMIC": 1.0, "W8A16": 1.0, "W8A8_MIX": 1.0, "W4A16": 0.5}
@@ -101,12 +110,16 @@ def _ignored(name: str, rules: list[str]) -> bool:
 
 
 def _group_ignored(group: str, rules: list[str]) -> bool:
+    """Whether the rules leave a group unquantized: a rule matching any of its example names (a
+    checkpoint names its layers one way; an ignore rule written for one of the group's layers,
+    e.g. only kv_a_proj_with_mqa, counts the whole group unquantized, which overstates it)."""
     return any(_ignored(name, rules) for name in EXAMPLES[group])
 
 
 def compressed_tensors(config: dict[str, Any], dtype_bytes: float) -> WeightSizes | None:
-    """Sizes of a compressed-tensors checkpoint: the first config group's weights, for every
-    Linear group its `ignore` does not leave out; None where it gives no num_bits."""
+    """Sizes of a compressed-tensors checkpoint: the first config group's weights (the published
+    checkpoints read here have one group targeting Linear), for every group of weights its
+    `ignore` does not leave out; None where it gives no num_bits."""
     groups = config.get("config_groups") or {}
     weights = next((g.get("weights") for g in groups.values() if isinstance(g, dict) and g.get("weights")), None)
     if not isinstance(weights, dict) or not isinstance(weights.get("num_bits"), int):
@@ -114,7 +127,8 @@ def compressed_tensors(config: dict[str, Any], dtype_bytes: float) -> WeightSize
     bits = int(weights["num_bits"])
     per_weight = bits / 8
     strategy = str(weights.get("strategy") or "tensor")
-    scale_bytes = 1.0 if "8" in str(weights.get("scale_dtype") or "") else dtype_bytes
+    # A scale is stored in the model dtype unless the group names its own (MXFP4's torch.uint8).
+    scale_bytes = SCALE_BYTES.get(str(weights.get("scale_dtype") or ""), dtype_bytes)
     if strategy == "group" and isinstance(weights.get("group_size"), int) and weights["group_size"] > 0:
         size = int(weights["group_size"])
         per_weight += scale_bytes / size
