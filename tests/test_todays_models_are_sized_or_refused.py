@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -196,3 +197,24 @@ def test_none_is_sized_from_a_field_it_lacks(tmp_path, name):
         config = loaded.raw.get(where) if where == "vision_config" else loaded.text
         assert isinstance(config, dict) and key in config, f"{name}: {entry}"
     assert modelmod.parameters(loaded)[0] > 0 and loaded.unknown_quantization is None
+
+
+@pytest.mark.parametrize(("version", "per_layer"), [("v0.13.0", 2 * 576 * 2), ("v0.23.0", (576 + 128) * 2)])
+def test_deepseek_v32_w8a8_on_ascend_takes_vllm_ascends_indexer_layout(tmp_path, version: str, per_layer: int):
+    """DeepSeek-V3.2 as an msModelSlim W8A8 checkpoint (its config.json without the FP8
+    quantization_config, and a description) starts on A3; its KV column is vLLM-Ascend's layout at
+    the engine version, not vLLM's (61 x 1,284), and the header says where the indexer's bytes
+    come from."""
+    config = json.loads((ARCHITECTURES / "deepseek-v3.2" / "config.json").read_text())
+    config.pop("quantization_config")
+    folder = tmp_path / "DeepSeek-V3.2-W8A8"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps(config))
+    (folder / "quant_model_description.json").write_text(json.dumps({"model_quant_type": "W8A8_DYNAMIC"}))
+    options = [*both("tp", "16", "dp", "1"), "--engine-version", version]
+    code, err = run(
+        "generate", "--model-dir", folder, "--accelerator", "ascend-a3", *options, "--output", tmp_path / "v.yaml"
+    )
+    assert code == 0, err
+    assert re.search(rf"^decode +16 x 1 +{61 * per_layer:,} ", err, re.M), err
+    assert "sparse-attention indexer keeps" in err and f"vllm-ascend {version}" in err
