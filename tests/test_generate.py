@@ -16,7 +16,7 @@ from conftest import Renderer, assert_valid
 from mooncake_pd import chartfiles, header, model, paths
 from mooncake_pd import generate as gen
 from mooncake_pd.header import command_lines
-from mooncake_pd.values_file import MODELINE, schema_ref
+from mooncake_pd.values_file import MODELINE, dump_new, schema_ref
 
 FIXTURES = Path(__file__).parent / "fixtures"
 MODELS = FIXTURES / "models"
@@ -76,7 +76,8 @@ def test_head_dim_and_mla():
     assert (qwen3.needs_head_dim_override, qwen3.head_dim) == (False, 128)
     r1 = model.load(MODELS / "DeepSeek-R1")
     assert (r1.needs_head_dim_override, r1.is_mla) == (False, True)
-    assert model.load(MODELS / "Qwen2.5-7B-Instruct-AWQ").weight_bytes == 0.5
+    awq = model.load(MODELS / "Qwen2.5-7B-Instruct-AWQ").weight_sizes
+    assert awq is not None and set(awq.sizes.values()) == {0.5}
     assert model.load(MODELS / "DeepSeek-R1-W8A8").ascend_quantization == "W8A8_DYNAMIC"
 
 
@@ -181,14 +182,20 @@ def test_fp8_checkpoint_on_nvidia_is_one_byte_per_weight_without_warning(tmp_pat
     """NVIDIA runs FP8 checkpoints natively (weight-only FP8 Marlin on A100): 1 byte per weight,
     half the BF16 checkpoint's, and no warning (the Ascend one printed here before)."""
     fp8 = quantized(tmp_path, "Qwen3-8B", FP8)
-    assert model.load(fp8).weight_bytes == 1.0
+    # One byte per Linear weight and a float32 scale per 128 x 128 block (vllm v0.13.0
+    # quantization/fp8.py create_weights); embeddings and lm_head bf16.
+    sizes = model.load(fp8).weight_sizes
+    assert sizes is not None and sizes.bytes("attention") == sizes.bytes("denseMlp") == 1 + 4 / 128**2
+    assert sizes.bytes("embeddings") == sizes.bytes("lmHead") == 2
     options = ("--accelerator", "nvidia", "--prefill-tp", "2", "--prefill-dp", "1", "--decode-tp", "2")
     _, err = generated("--model-dir", fp8, *options, "--decode-dp", "1")
     _, bf16_err = generated("--model-dir", MODELS / "Qwen3-8B", *options, "--decode-dp", "1")
     assert "WARNING" not in err and "vLLM-Ascend" not in err, err
     expected = model.device_weight_bytes(model.load(fp8), 2, 1, expert_parallel=False) / model.GIB
     assert weights_column(err, "decode") == pytest.approx(expected, abs=0.05)
-    assert weights_column(err, "decode") == pytest.approx(weights_column(bf16_err, "decode") / 2, abs=0.1)
+    # About half the BF16 checkpoint's: Qwen3-8B's untied embeddings and lm_head (1.2B of 8.2B
+    # parameters) stay BF16.
+    assert 0.5 < weights_column(err, "decode") / weights_column(bf16_err, "decode") < 0.6
     # DeepSeek-V3/R1 as published (quant_method fp8): 671B at 1 byte over TP 8 fit an H200.
     _, err = generated(
         *("--model-dir", MODELS / "DeepSeek-R1", "--accelerator", "nvidia", "--gpu", "h200"),
@@ -1141,3 +1148,55 @@ def test_a_stand_in_architecture_is_refused_where_it_would_size_the_model_wrong(
     # A dense stand-in ignores the experts just the same.
     dense = cli("generate", "--model-dir", folder, "--architecture", "Qwen2ForCausalLM")
     assert dense.returncode == 2 and "num_local_experts: set (256), which Qwen2ForCausalLM ignores" in dense.stderr
+
+
+def test_multi_node_nvidia_says_what_moves_over_tcp_without_rdma(tmp_path: Path):
+    """Issue 52 item 5: a role over two NVIDIA nodes with accelerator.rdma off runs NCCL and NIXL's
+    UCX backend over TCP sockets between them; the header says so and names the key. Not on one
+    node, not with RDMA on (update drops the note), not on Ascend (HCCL over the NPUs' links)."""
+    two_nodes = ("--prefill-tp", "8", "--prefill-dp", "2", "--prefill-nodes", "2", "--decode-tp", "8")
+    out = tmp_path / "nvidia.yaml"
+    proc = cli(
+        "generate",
+        "--model-dir",
+        MODELS / "Llama-3.1-8B-Instruct",
+        "--accelerator",
+        "nvidia",
+        *two_nodes,
+        "--decode-dp",
+        "1",
+        "--output",
+        out,
+    )
+    assert proc.returncode == 0, proc.stderr
+    note = "RDMA: prefill (2 nodes) span nodes with accelerator.rdma off: NCCL (TP, DP and expert parallel"
+    assert note in proc.stderr and f"# {note}" in out.read_text()
+    assert "set accelerator.rdma.enabled: true" in proc.stderr
+    single = cli("generate", "--model-dir", MODELS / "Llama-3.1-8B-Instruct", "--accelerator", "nvidia")
+    assert single.returncode == 0 and "RDMA: " not in single.stderr
+    out.write_text(
+        out.read_text().replace(
+            "accelerator:\n  type: nvidia\n", "accelerator:\n  type: nvidia\n  rdma:\n    enabled: true\n"
+        )
+    )
+    assert cli("update", out, "--model-dir", MODELS / "Llama-3.1-8B-Instruct").returncode == 0
+    assert "RDMA: " not in out.read_text()
+    ascend = cli(
+        "generate", "--model-dir", MODELS / "Qwen3-8B", "--accelerator", "ascend-a2", *two_nodes, "--decode-dp", "1"
+    )
+    assert ascend.returncode == 0 and "RDMA: " not in ascend.stderr, ascend.stderr
+
+
+def test_a_release_schema_url_says_when_it_resolves():
+    """Issue 52 item 5: a file an installed tool writes points its schema line at the chart
+    version's release tag, made only at release: the next line says so; a checkout's relative
+    schema path needs no such line."""
+    url = "https://raw.githubusercontent.com/mooncake-pd/mooncake-pd/v9.8.7/chart/values.schema.json"
+    text = dump_new({"a": 1}, ["title"], url)
+    assert text.splitlines()[:3] == [
+        f"{MODELINE}{url}",
+        "# The schema above is chart 9.8.7's, at its release tag v9.8.7: it resolves once 9.8.7 is released; "
+        "before that, point it at chart/values.schema.json of a checkout.",
+        "# title",
+    ]
+    assert dump_new({"a": 1}, ["title"], "../chart/values.schema.json").splitlines()[1] == "# title"

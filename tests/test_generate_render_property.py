@@ -15,8 +15,12 @@ same cases every run."""
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import io
+import json
+import re
+import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,15 +29,41 @@ import pytest
 from hypothesis import HealthCheck, example, given, reject, settings
 from hypothesis import strategies as st
 
+import test_estimates_match_vllm_formulas as formulas
+import test_todays_models_are_sized_or_refused as today
 from mooncake_pd import chartfiles, cli, profiles
 from mooncake_pd import generate as gen
 from mooncake_pd import model as modelmod
 
 FIXTURES = Path(__file__).parent / "fixtures"
-# The corpus: the project's test models and the real configs of current architectures.
+
+
+def _written_models() -> dict[str, Path]:
+    """Models the tests write where no verbatim config.json could be vendored (their SOURCE.md
+    say why): Kimi-K2-Thinking's int4 checkpoint (compressed-tensors), Gemma 3 27B (sliding
+    layers, a vision tower), and Qwen3-32B with a per-weight msModelSlim W8A8 description. In a
+    folder of their own, removed when the run ends."""
+    folder = Path(tempfile.mkdtemp(prefix="mooncake-pd-property-models-"))
+    atexit.register(shutil.rmtree, folder, True)
+    qwen3 = json.loads((FIXTURES / "architectures" / "qwen3-32b" / "config.json").read_text())
+    written = {
+        "Kimi-K2-Thinking": (today.kimi_k2_thinking_int4(), None),
+        "gemma-3-27b-it": (today.GEMMA3_27B, None),
+        "Qwen3-32B-W8A8": (qwen3, formulas.qwen3_w8a8_description(qwen3["num_hidden_layers"])),
+    }
+    out = {}
+    for name, (config, description) in written.items():
+        out[name] = formulas.write(folder, name, config, description)
+    return out
+
+
+WRITTEN = _written_models()
+# The corpus: the project's test models, the real configs of current architectures and the
+# models written above.
 CORPUS = sorted(
     [p for p in (FIXTURES / "models").iterdir() if (p / "config.json").is_file()]
     + [p for p in (FIXTURES / "architectures").iterdir() if (p / "config.json").is_file()]
+    + list(WRITTEN.values())
 )
 ACCELERATORS = sorted(gen.ACCELERATORS)
 # Valid draws are rendered; refused ones cost a generate only (about 0.1 s).
@@ -166,6 +196,16 @@ ISSUE_ITEM_1 = [
 # Issue 40 item 2, the image that matches: the A3 image of v0.23.0 on A3, the A2 one on A2.
 @example(case=(MODELS / "Qwen3-8B", ["--accelerator", "ascend-a3", "--image", "quay.io/ascend/vllm-ascend:v0.23.0-a3"]))
 @example(case=(MODELS / "Qwen3-8B", ["--accelerator", "ascend-a2", "--image", "quay.io/ascend/vllm-ascend:v0.23.0"]))
+# Issue 52: the quantizations and architectures of today, one explicit draw each.
+@example(case=(WRITTEN["Kimi-K2-Thinking"], ["--accelerator", "ascend-a3", "--prefill-tp", "16", "--decode-tp", "16"]))
+@example(case=(WRITTEN["Qwen3-32B-W8A8"], ["--accelerator", "ascend-a2", "--prefill-tp", "4", "--decode-tp", "4"]))
+@example(case=(WRITTEN["gemma-3-27b-it"], ["--accelerator", "nvidia", "--engine-version", "v0.23.0"]))
+@example(
+    case=(
+        FIXTURES / "architectures" / "deepseek-v3.2",
+        ["--accelerator", "nvidia", "--gpu", "h200", "--prefill-tp", "8", "--decode-tp", "8"],
+    )
+)
 def test_what_generate_writes_renders_and_is_up_to_date(case: tuple[Path, list[str]]):
     model_dir, options = case
     made = generated_renders_and_is_current(model_dir, options)
@@ -224,3 +264,44 @@ def test_every_engine_version_of_every_profile_renders_what_generate_writes(acce
     options += ["--prefill-tp", "1", "--prefill-dp", "1", "--decode-tp", "1", "--decode-dp", "1"]
     made = generated_renders_and_is_current(MODELS / "Qwen3-8B", options)
     assert made.code == 0, made.err
+
+
+@pytest.mark.parametrize("accelerator", ACCELERATORS)
+def test_an_override_in_the_file_renders_and_is_up_to_date(tmp_path: Path, accelerator: str):
+    """The overrides are the model (issue 52 item 2), in the property's terms: Qwen3-32B's YaRN
+    extension written into a generated file as model.hfOverrides with max-model-len 131,072,
+    then `update` (which reads the file's overrides), renders and is up to date."""
+    folder = FIXTURES / "architectures" / "qwen3-32b"
+    values = tmp_path / "values.yaml"
+    made = run(
+        "generate",
+        "--model-dir",
+        folder,
+        "--accelerator",
+        accelerator,
+        "--prefill-tp",
+        "4",
+        "--prefill-dp",
+        "1",
+        "--decode-tp",
+        "4",
+        "--decode-dp",
+        "1",
+        "--output",
+        values,
+    )
+    assert made.code == 0, made.err
+    yarn = (
+        "  maxModelLen: 131072\n  hfOverrides:\n    rope_scaling:\n      rope_type: yarn\n      factor: 4.0\n"
+        "      original_max_position_embeddings: 32768\n"
+    )
+    text = re.sub(r"^  maxModelLen: \d+\n", yarn, values.read_text(), count=1, flags=re.M)
+    assert "131072" in text
+    values.write_text(text)
+    updated = run("update", values, "--model-dir", folder)
+    assert updated.code == 0, updated.err
+    assert "rope scaling yarn (factor 4.0): applied by vLLM from model.hfOverrides" in values.read_text()
+    rendered = run("render", "-f", values, "--out", tmp_path / "rendered.yaml")
+    assert rendered.code == 0, rendered.err
+    current = run("update", values, "--model-dir", folder, "--check")
+    assert current.code == 0, current.out + current.err

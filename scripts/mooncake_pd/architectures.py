@@ -47,6 +47,11 @@ def check(table: dict[str, Any]) -> list[str]:
         for kind, fields in (("sliding", ("window",)), ("chunked", ("chunk",)), ("linear", ("convKernel",))):
             if kind in kinds and not all(f in (row.get(kind) or {}) for f in fields):
                 problems.append(f"{where}.{kind}: missing; a {kind} layer needs {', '.join(fields)}")
+        indexer = row.get("indexer")
+        if indexer is not None and not (
+            {"head", "heads"} <= set(indexer) and ((indexer.get("cache") or {}).get("nvidia") or {}).get("all")
+        ):
+            problems.append(f"{where}.indexer: needs head, heads and cache.nvidia.all (vLLM's own layout)")
         variants = [row, *(row.get("variants") or {}).values()]
         for variant in variants:
             for family, versions in (variant.get("support") or {}).items():

@@ -27,7 +27,15 @@ REMOVE = "<remove>"
 DEFAULT_CONTEXT_LEN = 4096
 # How the notes under the header's KV-cache estimate begin (derived() writes them; update finds
 # and rewrites them by these, keeping every other comment line); see is_note.
-NOTE_PREFIXES = ("WARNING: ", "rope scaling ", "Ascend quantized weights ", "max-num-seqs sized for ", "KV cache: ")
+NOTE_PREFIXES = (
+    "WARNING: ",
+    "rope scaling ",
+    "Ascend quantized weights ",
+    "max-num-seqs sized for ",
+    "KV cache: ",
+    "weights: ",
+    "RDMA: ",
+)
 # What a layer kind keeps, in the notes (architectures.yaml layers).
 KIND_WORDS = {"sliding": "sliding-window", "chunked": "chunked-local", "linear": "linear-attention"}
 
@@ -301,6 +309,16 @@ def kv_notes(
     version = profiles.engine_version(effective)
     connector = connector_of(effective, version)
     notes = []
+    family = ACCELERATORS[effective["accelerator"]["type"]].family
+    cache = modelmod.indexer_cache(model.spec, (family, version))
+    if cache is not None and model.spec is not None:
+        head = int(model.text[str(model.spec.row["indexer"]["head"])])
+        latent = (int(model.text["kv_lora_rank"]) + int(model.text.get("qk_rope_head_dim", 0))) * model.dtype_bytes
+        extra = int(modelmod.INDEXER_CACHE[str(cache["kind"])](head, latent, model.dtype_bytes))
+        notes.append(
+            f"KV cache: each of {len(kinds)} layers' sparse-attention indexer keeps {extra:,} bytes a token beside "
+            f"MLA's {latent:,} ({cache['source']})"
+        )
     for kind in ("sliding", "chunked"):
         count = kinds.count(kind)
         if not count or model.spec is None:
@@ -430,19 +448,22 @@ def derived(
             )
         notes.append(f"WARNING: max-model-len {max_model_len} is above {reach} (--force)")
     rope = text.get("rope_scaling") or text.get("rope_parameters")
-    if isinstance(rope, dict):
+    # Qwen3-VL's M-RoPE says rope_type default: no scaling, no note.
+    if isinstance(rope, dict) and (rope.get("rope_type") or rope.get("type")) not in (None, "default"):
         kind = rope.get("rope_type") or rope.get("type")
         source = "model.hfOverrides" if "rope_scaling" in overrides else "config.json"
         notes.append(f"rope scaling {kind} (factor {rope.get('factor')}): applied by vLLM from {source}")
-    # Sized at the quantization's bytes per weight where known (FP8 on NVIDIA: 1 byte, no note); a
-    # warning only where the estimate must guess the size.
-    if model.quantization and model.quantized_weight_bytes is None and model.quantization_size is None:
-        method = model.quant_method or "?"
+    # Sized at the quantization's bytes per weight where known (quantization.WeightSizes: FP8 on
+    # NVIDIA, compressed-tensors, msModelSlim); a warning only where the estimate must guess.
+    unknown = model.unknown_quantization
+    if unknown:
         notes.append(
-            f"WARNING: config.json has quantization_config (quant_method {method}): the estimate does not know "
-            f"its bytes per weight and counts {model.dtype_bytes} (torch_dtype {model.dtype}); check that the "
-            "weights fit"
+            f"WARNING: {unknown}: the estimate does not know its bytes per weight and counts {model.dtype_bytes} "
+            f"(torch_dtype {model.dtype}); check that the weights fit"
         )
+    sizes = model.weight_sizes
+    if sizes is not None and (sizes.method == "compressed-tensors" or "per weight" in sizes.source):
+        notes.append(f"weights: {sizes.source}")
     if model.ascend_quantization:
         notes.append(f"Ascend quantized weights ({model.ascend_quantization}): engine.args.quantization: ascend")
     notes.append(
@@ -497,6 +518,7 @@ def derived(
             context_len=expected,
             expert_parallel=bool(args.get("enable-expert-parallel")),
             hybrid=bool(hybrid),
+            engine=(accelerator.family, version),
         )
         if result.kv_gib <= 0:
             # The fix that works: with expert parallel already on, the experts are spread over the
@@ -530,7 +552,34 @@ def derived(
         if role == "decode" and result.seqs_that_fit > seqs:
             hints.append(room_hint(seqs, result.seqs_that_fit, expected))
     notes.extend(kv_notes(model, fits, hybrid, effective))
+    rdma = rdma_note(effective)
+    if rdma:
+        notes.append(rdma)
     return keys, Result(values={}, fits=fits, notes=notes, context_len=expected, hints=hints)
+
+
+def rdma_note(effective: dict[str, Any]) -> str | None:
+    """Where a role spans nodes on a family that offers RDMA between them (profiles.yaml
+    families.<family>.rdma without a refusal: NVIDIA) and accelerator.rdma is off: what moves
+    over TCP then, and the key that changes it. None otherwise."""
+    accelerator = ACCELERATORS[effective["accelerator"]["type"]]
+    family = profiles.load()["families"][accelerator.family]
+    if (family.get("rdma") or {}).get("refusal", "") != "" or (effective["accelerator"].get("rdma") or {}).get(
+        "enabled"
+    ):
+        return None
+    spread = [
+        f"{role} ({int(effective[role].get('workerReplicas') or 0) + 1} nodes)"
+        for role in ROLES
+        if int(effective[role].get("workerReplicas") or 0) > 0
+    ]
+    if not spread:
+        return None
+    return (
+        f"RDMA: {' and '.join(spread)} span nodes with accelerator.rdma off: NCCL (TP, DP and expert parallel "
+        "between nodes) and NIXL's UCX backend (the KV cache) use TCP sockets there; on an InfiniBand or RoCE fabric "
+        'set accelerator.rdma.enabled: true (docs/deployment.md, "Multi-node on NVIDIA: RDMA")'
+    )
 
 
 def room_hint(seqs: int, room: int, context_len: int) -> str:

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from mooncake_pd import architectures
+from mooncake_pd import quantization as quantmod
 from mooncake_pd.errors import MooncakePdError
 
 GIB = 1024**3
@@ -110,6 +111,8 @@ class Model:
     quantization: dict[str, Any] | None
     ascend_quantization: str | None
     raw: dict[str, Any]
+    # msModelSlim's quant_model_description.json beside config.json, where there is one.
+    ascend_description: dict[str, Any] | None = None
     # The language model's settings: text_config of a multimodal config (Llama 4), else raw
     # (vLLM's hf_text_config).
     text: dict[str, Any] = field(default_factory=dict)
@@ -178,31 +181,31 @@ class Model:
         return str(method).lower().replace("compressed_tensors", "compressed-tensors") if method else None
 
     @property
-    def quantized_weight_bytes(self) -> float | None:
-        """Bytes per weight the checkpoint's quantization gives: 1 for Ascend W8A8 (msModelSlim)
-        and FP8, bits/8 from quantization_config; None where it gives none (no quantization, or
-        a method whose size the estimate does not know)."""
-        if self.ascend_quantization:
-            return 1.0
-        bits = (self.quantization or {}).get("bits")
-        if isinstance(bits, int) and not isinstance(bits, bool):
-            return bits / 8
-        if self.quant_method == "fp8":
-            return 1.0
+    def weight_sizes(self) -> quantmod.WeightSizes | None:
+        """Bytes per weight of each group of weights (quantmod.GROUPS) the checkpoint stores:
+        msModelSlim's quant_model_description.json, the architecture's own size of its method
+        (gpt-oss's MXFP4 experts), or config.json's quantization_config; None where unquantized
+        or of a method the estimate does not know (then everything counts at torch_dtype)."""
+        if self.ascend_description is not None:
+            return quantmod.modelslim(self.ascend_description, self.dtype_bytes)[0]
+        size = self.spec.size(self.quant_method) if self.spec is not None else None
+        if size:
+            covered = float(size["bytesPerWeight"])
+            groups = ("routedExperts",) if size.get("covers") == "routedExperts" else quantmod.GROUPS
+            sizes = {g: covered if g in groups else float(self.dtype_bytes) for g in quantmod.GROUPS}
+            return quantmod.WeightSizes(str(self.quant_method), sizes, f"{self.quant_method} ({', '.join(groups)})")
+        return quantmod.from_config(self.quantization, self.dtype_bytes)
+
+    @property
+    def unknown_quantization(self) -> str | None:
+        """What the estimate does not know of a quantized checkpoint (it then counts torch_dtype),
+        or None."""
+        if self.ascend_description is not None:
+            unknown = quantmod.modelslim(self.ascend_description, self.dtype_bytes)[1]
+            return f"quant_model_description.json has types {', '.join(unknown)}" if unknown else None
+        if self.quantization and self.weight_sizes is None:
+            return f"config.json has quantization_config (quant_method {self.quant_method or '?'})"
         return None
-
-    @property
-    def quantization_size(self) -> dict[str, Any] | None:
-        """The architecture's own size of its quantization method (gpt-oss's MXFP4 experts), if any."""
-        if self.ascend_quantization or self.spec is None:
-            return None
-        return self.spec.size(self.quant_method)
-
-    @property
-    def weight_bytes(self) -> float:
-        """Bytes per weight: the quantization's, else the dtype's."""
-        quantized = self.quantized_weight_bytes
-        return float(self.dtype_bytes) if quantized is None else quantized
 
     def unknown_problem(self) -> str | None:
         """Why the estimate cannot run for this model (an architecture the table does not know,
@@ -283,9 +286,18 @@ def load(model: Path) -> Model:
     if head_dim is not None:
         head_dim = _int(text, "head_dim", file)
     description = model / "quant_model_description.json" if model.is_dir() else None
-    ascend_quantization = None
+    ascend_quantization, ascend_description = None, None
     if description and description.is_file():
-        ascend_quantization = str(json.loads(description.read_text()).get("model_quant_type", "W8A8"))
+        try:
+            ascend_description = json.loads(description.read_text())
+        except json.JSONDecodeError as e:
+            raise ModelError(f"{description}: invalid JSON at line {e.lineno} column {e.colno}: {e.msg}") from None
+        if not isinstance(ascend_description, dict):
+            raise ModelError(f"{description}: (root): must be a JSON object")
+        ascend_quantization = str(ascend_description.get("model_quant_type", "W8A8"))
+    spec = architectures.get(architecture)
+    # Where config.json does not say, the architecture's config class decides (Gemma 3: tied).
+    tied = bool(spec.row.get("tiedEmbeddings")) if spec is not None else False
     return Model(
         path=file,
         architecture=architecture,
@@ -297,14 +309,22 @@ def load(model: Path) -> Model:
         max_position_embeddings=_int(text, "max_position_embeddings", file, required=False) or None,
         vocab_size=_int(text, "vocab_size", file, required=False),
         intermediate_size=_int(text, "intermediate_size", file, required=False),
-        dtype=str(config.get("torch_dtype") or text.get("torch_dtype") or "bfloat16"),
-        tie_word_embeddings=bool(text.get("tie_word_embeddings", config.get("tie_word_embeddings", False))),
+        # torch_dtype, or dtype as transformers 4.56 and later write it.
+        dtype=str(
+            config.get("torch_dtype")
+            or text.get("torch_dtype")
+            or config.get("dtype")
+            or text.get("dtype")
+            or "bfloat16"
+        ),
+        tie_word_embeddings=bool(text.get("tie_word_embeddings", config.get("tie_word_embeddings", tied))),
         rope_scaling=text.get("rope_scaling") or None,
         quantization=config.get("quantization_config") or text.get("quantization_config") or None,
         ascend_quantization=ascend_quantization,
+        ascend_description=ascend_description,
         raw=config,
         text=text,
-        spec=architectures.get(architecture),
+        spec=spec,
     )
 
 
@@ -347,7 +367,8 @@ def _field_name(entry: str) -> tuple[str, bool]:
     """An architectures.yaml `fields` entry as (config key, optional): 'head_dim (else ...)' is
     derived where absent; 'text_config.x' is read from the text config."""
     name = entry.split(" (else", 1)[0].strip().removeprefix("text_config.")
-    return name, " (else" in entry or name == "torch_dtype"
+    # A vision_config field is the vision tower's, not the text config's (vision_parameters).
+    return name, " (else" in entry or name == "torch_dtype" or name.startswith("vision_config.")
 
 
 def _read_fields(spec: architectures.Architecture) -> set[str]:
@@ -446,11 +467,45 @@ class KvLayout:
         return low
 
 
-def _attention_bytes(model: Model, tensor: int) -> int:
+# The indexer's cache per token per layer, per architectures.yaml indexer.cache kind, from its
+# head size `head`, the MLA latent's bytes `latent` and the model dtype's bytes `dtype`.
+INDEXER_CACHE = {
+    # vllm v0.13.0 vllm/model_executor/models/deepseek_v2.py Indexer: DeepseekV32IndexerCache of
+    # head_dim + head_dim // quant_block_size (128) * 4 uint8 (FP8 values, a float32 scale per 128).
+    "fp8Scaled": lambda head, latent, dtype: head + head // 128 * 4,
+    # vllm-ascend v0.18.0 AscendMLAAttentionSpec: head_size kv_lora_rank + qk_rope_head_dim +
+    # index_head_dim in the model dtype (sparse C8 off).
+    "modelDtype": lambda head, latent, dtype: head * dtype,
+    # vllm-ascend v0.13.0 model_runner_v1.py: a FullAttentionSpec of the latent (K and V: twice
+    # its bytes), the second half holding the indexer's keys.
+    "latentTwice": lambda head, latent, dtype: latent,
+}
+
+
+def indexer_cache(spec: architectures.Architecture | None, engine: tuple[str, str] | None) -> dict[str, Any] | None:
+    """The indexer cache row (kind, source) of `engine` (family, version) in architectures.yaml,
+    the family's `all` row where versions do not differ; NVIDIA's (vLLM's own) where engine is
+    None or not recorded; None for an architecture without an indexer."""
+    rule = (spec.row.get("indexer") if spec is not None else None) or {}
+    if not rule:
+        return None
+    family, version = engine or ("nvidia", "")
+    rows = rule["cache"].get(family) or rule["cache"]["nvidia"]
+    row = rows.get(version) or rows.get("all") or rule["cache"]["nvidia"]["all"]
+    return dict(row)
+
+
+def _attention_bytes(model: Model, tensor: int, engine: tuple[str, str] | None = None) -> int:
     """Bytes one token takes in one attention layer on one device of a TP group (vLLM
-    kv_cache_interface.py AttentionSpec / MLAAttentionSpec page_size_bytes per token)."""
+    kv_cache_interface.py AttentionSpec / MLAAttentionSpec page_size_bytes per token), with the
+    sparse-attention indexer's cache beside it (DeepSeek-V3.2), which is not split over TP either."""
     if model.is_mla:
-        return (int(model.text["kv_lora_rank"]) + int(model.text.get("qk_rope_head_dim", 0))) * model.dtype_bytes
+        latent = (int(model.text["kv_lora_rank"]) + int(model.text.get("qk_rope_head_dim", 0))) * model.dtype_bytes
+        cache = indexer_cache(model.spec, engine)
+        if cache is None or model.spec is None:
+            return latent
+        head = int(model.text[str(model.spec.row["indexer"]["head"])])
+        return latent + int(INDEXER_CACHE[str(cache["kind"])](head, latent, model.dtype_bytes))
     heads_per_device = max(1, math.ceil(model.num_key_value_heads / tensor))
     return 2 * heads_per_device * model.head_dim * model.dtype_bytes
 
@@ -477,16 +532,17 @@ def layer_kinds(model: Model) -> list[str]:
     return spec.layer_kinds(model.text, model.num_hidden_layers) if spec else ["full"] * model.num_hidden_layers
 
 
-def kv_layout(model: Model, tensor: int, *, hybrid: bool = False) -> KvLayout:
+def kv_layout(model: Model, tensor: int, *, hybrid: bool = False, engine: tuple[str, str] | None = None) -> KvLayout:
     """The KV cache of one sequence on one device of a TP group, per layer kind. hybrid: vLLM's
     hybrid KV cache manager runs (architectures.hybrid_kv_cache); without it sliding-window and
     chunked-local layers keep every token (vllm/v1/core/kv_cache_utils.py
     unify_hybrid_kv_cache_specs). --kv-bytes-per-token gives the whole model's at TP 1, split
-    over TP."""
+    over TP. engine: (accelerator family, engine version), where the layout differs by engine
+    (an indexer's cache)."""
     spec = _require_known(model)
     if model.kv_bytes_override:
         return KvLayout(math.ceil(model.kv_bytes_override / tensor))
-    per_layer = _attention_bytes(model, tensor)
+    per_layer = _attention_bytes(model, tensor, engine)
     per_token, per_sequence = 0, 0
     windows: dict[int, int] = {}
     for kind in layer_kinds(model):
@@ -500,9 +556,11 @@ def kv_layout(model: Model, tensor: int, *, hybrid: bool = False) -> KvLayout:
     return KvLayout(per_token, tuple(sorted((b, w) for w, b in windows.items())), per_sequence)
 
 
-def kv_bytes_per_token(model: Model, tensor: int, *, hybrid: bool = False) -> int:
+def kv_bytes_per_token(
+    model: Model, tensor: int, *, hybrid: bool = False, engine: tuple[str, str] | None = None
+) -> int:
     """KV-cache bytes one token takes on one device of a TP group, in the layers that keep every token."""
-    return kv_layout(model, tensor, hybrid=hybrid).per_token
+    return kv_layout(model, tensor, hybrid=hybrid, engine=engine).per_token
 
 
 def _attention_parameters(model: Model, kind: str, spec: architectures.Architecture | None) -> int:
@@ -522,17 +580,66 @@ def _attention_parameters(model: Model, kind: str, spec: architectures.Architect
     return 2 * h * heads * hd + 2 * h * kv * hd
 
 
-def parameters(model: Model) -> tuple[int, int]:
-    """(parameters outside routed experts, parameters of routed experts), counted from config.json
-    with the architecture's MoE layout (architectures.yaml moe)."""
+def vision_parameters(model: Model, spec: architectures.Architecture | None) -> int:
+    """Parameters of the vision tower of a multimodal model (architectures.yaml vision), which
+    vLLM loads beside the language model: its transformer blocks (attention 4 x hidden^2, MLP
+    2 x hidden x intermediate), the patch and position embeddings, and the mergers or projector
+    into the language model's hidden size. Biases and norms are not counted (under 0.1%)."""
+    rule = (spec.row.get("vision") if spec is not None else None) or {}
+    config = model.raw.get(str(rule.get("config", "vision_config")))
+    if not rule or not isinstance(config, dict):
+        return 0
+
+    def value(key: str, default: int = 0) -> int:
+        field = rule.get(key)
+        found = config.get(field) if isinstance(field, str) else None
+        return int(found) if isinstance(found, int) and not isinstance(found, bool) else default
+
+    h, layers, inner = value("hidden"), value("layers"), value("intermediate")
+    patch, channels, temporal = value("patch", 1), value("channels", 3), value("temporal", 1)
+    total = layers * (4 * h * h + 2 * h * inner) + channels * temporal * patch * patch * h
+    positions = value("positions") or (value("image") // patch) ** 2
+    total += positions * h
+    merger = rule.get("merger") or {}
+    if merger:
+        merged = h * int(config.get(str(merger["spatialMerge"])) or 1) ** 2
+        extra = config.get(str(merger.get("extra", ""))) or []
+        count = 1 + (len(extra) if isinstance(extra, list) else 0)
+        total += count * (merged * merged + merged * int(config.get(str(merger["out"])) or model.hidden_size))
+    if rule.get("projector"):
+        total += h * model.hidden_size
+    return total
+
+
+def _indexer_parameters(model: Model, spec: architectures.Architecture | None) -> int:
+    """Parameters of one layer's sparse-attention indexer (DeepSeek-V3.2: wq_b, wk, weights_proj;
+    vllm v0.13.0 vllm/model_executor/models/deepseek_v2.py Indexer)."""
+    rule = (spec.row.get("indexer") if spec is not None else None) or {}
+    if not rule:
+        return 0
+    c, h = model.text, model.hidden_size
+    head, heads = int(c[str(rule["head"])]), int(c[str(rule["heads"])])
+    q_rank = int(c.get("q_lora_rank") or h)
+    return q_rank * heads * head + h * head + h * heads
+
+
+def parameter_groups(model: Model) -> dict[str, int]:
+    """Parameters per group of weights (quantmod.GROUPS), counted from config.json with the
+    architecture's MoE layout (architectures.yaml moe), its indexer and its vision tower."""
     spec = _require_known(model)
     c, h, layers = model.text, model.hidden_size, model.num_hidden_layers
-    embeddings = model.vocab_size * h * (1 if model.tie_word_embeddings else 2)
-    attention = sum(_attention_parameters(model, kind, spec) for kind in layer_kinds(model))
+    kinds = layer_kinds(model)
+    groups = dict.fromkeys(quantmod.GROUPS, 0)
+    groups["embeddings"] = model.vocab_size * h
+    groups["lmHead"] = 0 if model.tie_word_embeddings else model.vocab_size * h
+    groups["attention"] = sum(_attention_parameters(model, kind, spec) for kind in kinds)
+    groups["attention"] += layers * _indexer_parameters(model, spec)
+    groups["vision"] = vision_parameters(model, spec)
     experts = model.experts
     dense_mlp = 3 * h * model.intermediate_size
     if not experts:
-        return embeddings + attention + layers * dense_mlp, 0
+        groups["denseMlp"] = layers * dense_mlp
+        return groups
     moe = spec.moe if spec else {}
     intermediate = int(c.get(moe.get("intermediate", "moe_intermediate_size")) or model.intermediate_size)
     expert_size = 3 * h * intermediate
@@ -547,9 +654,17 @@ def parameters(model: Model) -> tuple[int, int]:
     shared_count = moe.get("shared", "n_shared_experts")
     shared_experts = shared_count if isinstance(shared_count, int) else int(c.get(shared_count) or 0)
     shared_intermediate = int(c.get(moe.get("sharedIntermediate", "")) or intermediate)
-    shared = shared_experts * 3 * h * shared_intermediate + h * experts
-    rest = embeddings + attention + dense_layers * dense_mlp + moe_layers * shared
-    return rest, moe_layers * experts * expert_size
+    groups["denseMlp"] = dense_layers * dense_mlp
+    # The router (hidden x experts) counts with the shared experts: unquantized or small.
+    groups["sharedExperts"] = moe_layers * (shared_experts * 3 * h * shared_intermediate + h * experts)
+    groups["routedExperts"] = moe_layers * experts * expert_size
+    return groups
+
+
+def parameters(model: Model) -> tuple[int, int]:
+    """(parameters outside routed experts, parameters of routed experts)."""
+    groups = parameter_groups(model)
+    return sum(groups.values()) - groups["routedExperts"], groups["routedExperts"]
 
 
 @dataclass(frozen=True)
@@ -604,19 +719,19 @@ class RoleFit:
 def device_weight_bytes(model: Model, tensor: int, data: int, *, expert_parallel: bool) -> float:
     """Bytes of weights on one device: everything but the routed experts split over TP; the
     routed experts over TP, or with expert parallelism over TP x DP (vLLM's EP size: docs.vllm.ai,
-    serving/expert_parallel_deployment, "EP_SIZE = TP_SIZE x DP_SIZE"). A quantization the
-    architecture sizes for its experts only (gpt-oss's MXFP4) counts the rest at torch_dtype.
-    --weights-gib gives the whole model's, split over TP."""
+    serving/expert_parallel_deployment, "EP_SIZE = TP_SIZE x DP_SIZE"). Each group of weights
+    counts at its quantization's bytes (Model.weight_sizes), else at torch_dtype. --weights-gib
+    gives the whole model's, split over TP."""
     if model.weights_bytes_override:
         return model.weights_bytes_override / tensor
-    rest, experts = parameters(model)
+    groups = parameter_groups(model)
+    sizes = model.weight_sizes
     expert_shards = tensor * data if expert_parallel else tensor
-    size = model.quantization_size
-    if size and size.get("covers") == "routedExperts":
-        return rest / tensor * model.dtype_bytes + experts / expert_shards * float(size["bytesPerWeight"])
-    if size:
-        return (rest / tensor + experts / expert_shards) * float(size["bytesPerWeight"])
-    return (rest / tensor + experts / expert_shards) * model.weight_bytes
+    total = 0.0
+    for group, count in groups.items():
+        size = sizes.bytes(group) if sizes is not None else float(model.dtype_bytes)
+        total += count * size / (expert_shards if group == "routedExperts" else tensor)
+    return total
 
 
 def fit(
@@ -633,6 +748,7 @@ def fit(
     context_len: int | None = None,
     expert_parallel: bool = False,
     hybrid: bool = False,
+    engine: tuple[str, str] | None = None,
 ) -> RoleFit:
     """What fits on one device of a role; context_len (the expected tokens of a sequence)
     defaults to max_model_len, sizing for sequences that all reach it; hybrid: vLLM's hybrid KV
@@ -641,7 +757,7 @@ def fit(
     activations = 2 * GIB + max_num_batched_tokens * model.hidden_size * 12
     usable = hbm_gib * GIB * memory_utilization
     kv = max(0.0, usable - weights - activations)
-    layout = kv_layout(model, tensor, hybrid=hybrid)
+    layout = kv_layout(model, tensor, hybrid=hybrid, engine=engine)
     return RoleFit(
         role=role,
         tensor=tensor,

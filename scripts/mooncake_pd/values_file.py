@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 import os
+import re
 import shutil
 import sys
 import tempfile
@@ -80,6 +81,14 @@ def dump_new(values: dict[str, Any], header: list[str], schema: str) -> str:
     then the values."""
     stream = io.StringIO()
     stream.write(MODELINE + schema + "\n")
+    release = re.search(r"/v([^/]+)/chart/values\.schema\.json$", schema) if schema.startswith("https://") else None
+    if release:
+        # The tag is made when the chart version is released (.github/workflows/release.yaml): a
+        # tool installed from a checkout of an unreleased version names a tag that is not there yet.
+        stream.write(
+            f"# The schema above is chart {release[1]}'s, at its release tag v{release[1]}: it resolves once "
+            f"{release[1]} is released; before that, point it at chart/values.schema.json of a checkout.\n"
+        )
     for line in header:
         stream.write(f"# {line}".rstrip() + "\n")
     _yaml().dump(_commented(values), stream)
