@@ -125,7 +125,9 @@ def test_schema_machine_parts_are_current(schema):
     assert schemagen.generate(schema) == schema, "run `make schema`"
 
 
-def test_pass_through_fields_use_kubernetes_1_27_definitions(schema):
+def test_pass_through_fields_use_kubernetes_definitions(schema):
+    """Typed from Kubernetes' own OpenAPI (kubeopenapi.VERSION, tests/test_schema_types_from_kubernetes.py),
+    unknown fields refused, with the rules OpenAPI leaves out."""
     from mooncake_pd import schemagen
 
     resources = schema["properties"]["prefill"]["properties"]["resources"]
@@ -141,6 +143,17 @@ def test_pass_through_fields_use_kubernetes_1_27_definitions(schema):
     assert not set(schemagen.PROBE_HANDLERS) & set(definitions["mooncake-pd.ProbeTimings"]["properties"])
     period = definitions["mooncake-pd.ProbeTimings"]["properties"]["periodSeconds"]
     assert (period["type"], period["maximum"]) == ("integer", 2**31 - 1)
+    # Fields 1.27 lacked (issue 54), each closed to unknown fields.
+    assert "sleep" in definitions["io.k8s.api.core.v1.LifecycleHandler"]["properties"]
+    assert definitions["io.k8s.api.core.v1.SleepAction"]["additionalProperties"] is False
+    assert {"matchLabelKeys", "mismatchLabelKeys"} <= set(
+        definitions["io.k8s.api.core.v1.PodAffinityTerm"]["properties"]
+    )
+    claim = definitions["io.k8s.api.core.v1.PersistentVolumeClaimSpec"]["properties"]["resources"]
+    assert claim == {
+        "$ref": "#/$defs/io.k8s.api.core.v1.VolumeResourceRequirements",
+        "description": claim["description"],
+    }
 
 
 @pytest.mark.parametrize(

@@ -2,13 +2,19 @@
 
 values.schema.json is edited by hand for its keys, types and descriptions. This module adds
 what must not be written by hand, and a test fails when the file differs from its output:
-- each pass-through Kubernetes field (resources, probes, security contexts, tolerations,
-  affinity, NetworkPolicy peers, ...) is typed with the definition of the chart's kubeVersion
-  floor (1.27), taken from the OpenAPI schemas kubernetes-validate ships, unknown fields refused;
-  Kthena's own fields (networkTopology, parentRefs) from the vendored CRDs;
+- each pass-through Kubernetes field (containers, volumes and mounts, resources, probes, security
+  contexts, lifecycle, tolerations, affinity, NetworkPolicy peers, ...) is typed with Kubernetes'
+  own definition, unknown fields refused: from kubernetes' api/openapi-spec/swagger.json at
+  v1.34.2, the newest release the chart supports (Chart.yaml kubeVersion >=1.27) and the one whose
+  API server the local test cluster runs, vendored as an extract (mooncake_pd/openapi/SOURCE.md;
+  `mooncake-pd schema --openapi` extracts it again). The newest rather than the floor: a field
+  valid in 1.34 is accepted (preStop sleep, matchLabelKeys in pod affinity, ...); one an older
+  cluster lacks is that API server's to refuse, at install for the engine pods (the pod-template
+  hook, chart/templates/validate-podtemplates.yaml). Kthena's own fields (networkTopology,
+  parentRefs) from the vendored CRDs;
 - what OpenAPI leaves out: the quantity grammar, int32/int64 bounds, toleration operators and
   effects, label keys and values; and the API server's own field rules (api_server_rules): CIDRs,
-  probe timings, quantities >= 0, resource names, selector keys and operators;
+  probe timings, quantities >= 0, resource names, selector keys and operators, enums;
 - every key required unless listed in NULLABLE (null there means "off" or "the default"), so a
   section set to null is refused naming it instead of crashing a template;
 - no control characters in any string (they break the YAML and the start scripts).
@@ -19,17 +25,14 @@ from __future__ import annotations
 import copy
 import json
 from collections.abc import Callable
-from functools import cache
 from pathlib import Path
 from typing import Any
 
-import kubernetes_validate
+from mooncake_pd import kubeopenapi, manifests, paths, profiles
 
-from mooncake_pd import manifests, paths, profiles
-
-KUBERNETES_FLOOR = "1.27.0"
 DEFS = "$defs"
 PREFIX = "io.k8s."
+PROBE = "io.k8s.api.core.v1.Probe"
 
 # values path (dots; [] for list items) -> Kubernetes definition (or a local one below).
 K8S_FIELDS = {
@@ -126,9 +129,11 @@ LABEL_NAME = r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?"
 LABEL_KEY = rf"^({DNS_SUBDOMAIN}/)?{LABEL_NAME}$"
 LABEL_VALUE = rf"^({LABEL_NAME})?$"
 INT_BOUNDS = {"int32": (-(2**31), 2**31 - 1), "int64": (-(2**63), 2**63 - 1)}
-# The only `format`s the 1.27 definitions used here carry are int32 and int64 (bounded above);
-# the API server checks more strings by format than OpenAPI marks. Each rule below names its
-# source in kubernetes v1.27 (pkg/apis/...; k8s.io/apimachinery/pkg/util/validation).
+# The `format`s the definitions used here carry are int32 and int64 (bounded above),
+# int-or-string (IntOrString, rewritten in definitions()) and date-time (meta/v1 Time, in an
+# ephemeral volume's claim metadata); the API server checks more strings by format than OpenAPI
+# marks. Each rule below names its source in kubernetes (pkg/apis/...;
+# k8s.io/apimachinery/pkg/util/validation), read at v1.27 unless it names v1.34.2.
 # Quantities of resources are >= 0 (core/validation ValidateResourceQuantityValue ->
 # ValidateNonnegativeQuantity): the grammar without a minus sign.
 NONNEGATIVE_QUANTITY = r"^\+?([0-9]+(\.[0-9]*)?|\.[0-9]+)([KMGTPE]i|[numkMGTPE]|[eE][+-]?[0-9]+)?$"
@@ -175,6 +180,30 @@ MAX_ID = 2**31 - 1
 SYSCTL_NAME = r"^([a-z0-9]([-_a-z0-9]*[a-z0-9])?[\./])*[a-z0-9]([-_a-z0-9]*[a-z0-9])?$"
 FS_GROUP_CHANGE_POLICIES = ["OnRootMismatch", "Always"]
 SECCOMP_PROFILE_TYPES = ["Localhost", "RuntimeDefault", "Unconfined"]
+# v1.34.2: ValidateAppArmorProfileField, validateSupplementalGroupsPolicy; validateSELinuxChangePolicy
+# takes only Recursive for a new pod unless the SELinuxMount gate is on (beta, off by default
+# in 1.34: pkg/api/pod/util.go useOnlyRecursiveSELinuxChangePolicy).
+APPARMOR_PROFILE_TYPES = ["Localhost", "RuntimeDefault", "Unconfined"]
+SUPPLEMENTAL_GROUPS_POLICIES = ["Merge", "Strict"]
+SELINUX_CHANGE_POLICIES = ["Recursive"]
+# Fields behind feature gates that are off by default in kube-apiserver v1.34.2
+# (pkg/features/kube_features.go): without the gate the API server drops them unsaid
+# (pkg/api/pod/util.go dropDisabledPodFields; the local cluster admitted each and stored it
+# without: tests/test_cluster_schema_rules_on_newer_fields.py) or refuses what is left, so the
+# schema refuses them naming the key rather than let them vanish.
+GATED_OFF = {
+    # ContainerRestartRules (alpha); without it restartPolicy is for init containers only.
+    "io.k8s.api.core.v1.Container": ("restartPolicy", "restartPolicyRules"),
+    # ContainerStopSignals (alpha); with it, a stopSignal also needs spec.os.name, which no pod
+    # of the chart sets (validateStopSignal).
+    "io.k8s.api.core.v1.Lifecycle": ("stopSignal",),
+    # EnvFiles (alpha): the valueFrom left empty is refused ("must specify one of").
+    "io.k8s.api.core.v1.EnvVarSource": ("fileKeyRef",),
+    # ImageVolume (beta, off): the volume and its mounts are removed.
+    "io.k8s.api.core.v1.Volume": ("image",),
+    # ClusterTrustBundleProjection (beta, off) and PodCertificateRequest (alpha): an empty source.
+    "io.k8s.api.core.v1.VolumeProjection": ("clusterTrustBundle", "podCertificate"),
+}
 # Probe fields (core/validation validateProbe, ValidateNonnegativeField): >= 0, 0 meaning the
 # default (core/v1/defaults.go SetDefaults_Probe); terminationGracePeriodSeconds > 0;
 # liveness and startup probes need successThreshold 1 (validateContainerCommon "must be 1").
@@ -182,11 +211,15 @@ PROBE_NONNEGATIVE = ("initialDelaySeconds", "timeoutSeconds", "periodSeconds", "
 PROBE_HANDLERS = ("exec", "grpc", "httpGet", "tcpSocket")
 
 
-@cache
-def kubernetes_definitions(version: str = KUBERNETES_FLOOR) -> dict[str, Any]:
-    """The strict OpenAPI definitions kubernetes-validate ships for `version`."""
-    folder = Path(kubernetes_validate.__file__).parent / "kubernetes-json-schema" / f"v{version}-local-strict"
-    return json.loads((folder / "_definitions.json").read_text())[DEFS]
+def kubernetes_roots() -> set[str]:
+    """The Kubernetes definitions the values name: the vendored extract holds them and every
+    definition they refer to (kubeopenapi)."""
+    return {d for d in K8S_FIELDS.values() if d.startswith(PREFIX)} | {PROBE}
+
+
+def kubernetes_definitions() -> dict[str, Any]:
+    """Kubernetes' definitions (Swagger 2.0 schemas, kubeopenapi.VERSION), from the vendored extract."""
+    return kubeopenapi.vendored()
 
 
 def _crd_schema(file: str, *path: str) -> dict[str, Any]:
@@ -198,7 +231,7 @@ def _crd_schema(file: str, *path: str) -> dict[str, Any]:
 
 
 def _local_definitions() -> dict[str, Any]:
-    probe = copy.deepcopy(kubernetes_definitions()["io.k8s.api.core.v1.Probe"])
+    probe = copy.deepcopy(kubernetes_definitions()[PROBE])
     for handler in PROBE_HANDLERS:
         probe["properties"].pop(handler, None)
     probe["description"] = "Probe timings; the chart sets the handler (httpGet /health on the role's port)."
@@ -217,20 +250,6 @@ def _local_definitions() -> dict[str, Any]:
             "networking.serving.volcano.sh_modelroutes.yaml", "spec", "parentRefs", "[]"
         ),
     }
-
-
-def _refs(node: Any) -> set[str]:
-    found: set[str] = set()
-    if isinstance(node, dict):
-        ref = node.get("$ref")
-        if isinstance(ref, str):
-            found.add(ref.rsplit("/", 1)[-1])
-        for value in node.values():
-            found |= _refs(value)
-    elif isinstance(node, list):
-        for value in node:
-            found |= _refs(value)
-    return found
 
 
 def _fix(node: Any) -> Any:
@@ -263,13 +282,15 @@ def _fix(node: Any) -> Any:
 def definitions(names: set[str]) -> dict[str, Any]:
     """The named definitions and every one they refer to, fixed."""
     source = {**kubernetes_definitions(), **_local_definitions()}
-    wanted, todo = {}, sorted(names)
-    while todo:
-        name = todo.pop()
-        if name in wanted:
-            continue
-        wanted[name] = _fix(source[name])
-        todo += sorted(_refs(source[name]) - set(wanted))
+    wanted = {name: _fix(node) for name, node in kubeopenapi.closure(source, names).items()}
+    # Swagger 2.0 writes the two union types as strings with a format; JSON takes them as below
+    # (apimachinery's intstr.IntOrString: "an int32 or a string").
+    int_or_string = "io.k8s.apimachinery.pkg.util.intstr.IntOrString"
+    if int_or_string in wanted:
+        wanted[int_or_string] = {
+            "description": "A name or a number (int32).",
+            "oneOf": [{"type": "string"}, _fix({"type": "integer", "format": "int32"})],
+        }
     quantity = "io.k8s.apimachinery.pkg.api.resource.Quantity"
     if quantity in wanted:
         wanted[quantity] = {
@@ -281,7 +302,9 @@ def definitions(names: set[str]) -> dict[str, Any]:
         toleration["properties"]["operator"]["enum"] = ["Exists", "Equal", None]
         toleration["properties"]["effect"]["enum"] = ["NoSchedule", "PreferNoSchedule", "NoExecute", "", None]
     api_server_rules(wanted)
-    return dict(sorted(wanted.items()))
+    # Only what the values still reach (api_server_rules removes fields, and with them the last
+    # reference to some definitions).
+    return kubeopenapi.closure(wanted, names)
 
 
 def _properties(wanted: dict[str, Any], name: str) -> dict[str, Any]:
@@ -393,9 +416,7 @@ def api_server_rules(wanted: dict[str, Any]) -> None:
         _properties(wanted, name).pop("windowsOptions", None)
     seccomp = wanted.get("io.k8s.api.core.v1.SeccompProfile")
     if seccomp:
-        seccomp["if"] = {"properties": {"type": {"const": "Localhost"}}, "required": ["type"]}
-        seccomp["then"] = {"required": ["localhostProfile"]}
-        seccomp["else"] = {"not": {"required": ["localhostProfile"]}}
+        _localhost_profile(seccomp)
     peer = wanted.get("io.k8s.api.networking.v1.NetworkPolicyPeer")
     if peer:
         # networking/validation ValidateNetworkPolicyPeer: "must specify a peer", and "may not
@@ -423,7 +444,7 @@ def api_server_rules(wanted: dict[str, Any]) -> None:
                 fields[policy]["enum"] = ["Honor", "Ignore"]
         if "matchLabelKeys" in fields:
             fields["matchLabelKeys"]["items"]["pattern"] = LABEL_KEY
-            spread_constraint["dependentRequired"] = {"matchLabelKeys": ["labelSelector"]}
+            spread_constraint["allOf"] = [_needs_selector("matchLabelKeys")]
         spread_constraint["if"] = {"required": ["minDomains"]}
         spread_constraint["then"] = {"properties": {"whenUnsatisfiable": {"const": "DoNotSchedule"}}}
     # core/validation validatePreferredSchedulingTerms and validateWeightedPodAffinityTerms:
@@ -438,6 +459,75 @@ def api_server_rules(wanted: dict[str, Any]) -> None:
         # more than 1 volume type": a name and exactly one source.
         volume["minProperties"] = 2
         volume["maxProperties"] = 2
+    newer_field_rules(wanted)
+
+
+def newer_field_rules(wanted: dict[str, Any]) -> None:
+    """The API server's rules (kubernetes v1.34.2, pkg/apis/core/validation/validation.go) on
+    the fields the 1.27 definitions lacked, added in place like api_server_rules'."""
+    # ValidateAppArmorProfileField: as seccomp's, a Localhost profile names its file, no other does.
+    for name in ("io.k8s.api.core.v1.SecurityContext", "io.k8s.api.core.v1.PodSecurityContext"):
+        if "appArmorProfile" in _properties(wanted, name):
+            apparmor = wanted["io.k8s.api.core.v1.AppArmorProfile"]
+            apparmor["properties"]["type"]["enum"] = APPARMOR_PROFILE_TYPES
+            # "must not be padded with whitespace", "must be set", at most PATH_MAX - 1.
+            apparmor["properties"]["localhostProfile"] |= {"pattern": r"^\S(.*\S)?$", "maxLength": 4095}
+            _localhost_profile(apparmor)
+    pod_context = _properties(wanted, "io.k8s.api.core.v1.PodSecurityContext")
+    for key, values in (
+        ("supplementalGroupsPolicy", SUPPLEMENTAL_GROUPS_POLICIES),
+        ("seLinuxChangePolicy", SELINUX_CHANGE_POLICIES),
+    ):
+        if key in pod_context:
+            pod_context[key]["enum"] = values
+    # validateMountRecursiveReadOnly: Disabled, or IfPossible/Enabled on a readOnly mount whose
+    # propagation is None or unset.
+    mount = wanted.get("io.k8s.api.core.v1.VolumeMount")
+    if mount and "recursiveReadOnly" in mount["properties"]:
+        mount["properties"]["recursiveReadOnly"]["enum"] = ["Disabled", "IfPossible", "Enabled"]
+        recursive = {"properties": {"recursiveReadOnly": {"enum": ["IfPossible", "Enabled"]}}}
+        mount["allOf"] = [
+            *mount.get("allOf", []),
+            {
+                "if": recursive | {"required": ["recursiveReadOnly"]},
+                "then": {
+                    "required": ["readOnly"],
+                    "properties": {"readOnly": {"const": True}, "mountPropagation": {"const": "None"}},
+                },
+            },
+        ]
+    # ValidateMatchLabelKeysAndMismatchLabelKeys: label keys, only beside a labelSelector. That a
+    # key is not both in matchLabelKeys and the selector, or in both lists, is the API server's.
+    term = wanted.get("io.k8s.api.core.v1.PodAffinityTerm")
+    if term:
+        for key in ("matchLabelKeys", "mismatchLabelKeys"):
+            if key in term["properties"]:
+                term["properties"][key]["items"]["pattern"] = LABEL_KEY
+                term["allOf"] = [*term.get("allOf", []), _needs_selector(key)]
+    # validateSleepAction: not negative (zero allowed: PodLifecycleSleepActionAllowZero, GA in
+    # 1.34); at most the pod's terminationGracePeriodSeconds is the API server's.
+    sleep = _properties(wanted, "io.k8s.api.core.v1.SleepAction")
+    if sleep:
+        sleep["seconds"]["minimum"] = 0
+    for name, keys in GATED_OFF.items():
+        for key in keys:
+            _properties(wanted, name).pop(key, None)
+
+
+def _localhost_profile(profile: dict[str, Any]) -> None:
+    """A seccomp or AppArmor profile: localhostProfile with type Localhost, and only then."""
+    profile["if"] = {"properties": {"type": {"const": "Localhost"}}, "required": ["type"]}
+    profile["then"] = {"required": ["localhostProfile"]}
+    profile["else"] = {"not": {"required": ["localhostProfile"]}}
+
+
+def _needs_selector(key: str) -> dict[str, Any]:
+    """`key` (a list of label keys) not empty only beside a labelSelector; an if/then rule, as
+    the schema is draft-07 (helm ignores draft 2019's dependentRequired)."""
+    return {
+        "if": {"properties": {key: {"minItems": 1}}, "required": [key]},
+        "then": {"required": ["labelSelector"]},
+    }
 
 
 def _operator_rule(operators: list[str], then: dict[str, Any]) -> dict[str, Any]:
