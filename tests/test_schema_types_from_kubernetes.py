@@ -169,3 +169,29 @@ def test_newer_fields_are_accepted_and_judged_as_the_api_server_does(schema, val
         merged[section] = {**merged[section], **fields}
     errors = _valid(schema, merged)
     assert (errors == []) is ok, errors
+
+
+def test_the_regeneration_command_checks_the_extract_and_the_schema(capsys: pytest.CaptureFixture[str]):
+    """`mooncake-pd schema --openapi --check`: the extract is upstream's and the schema the
+    extract's (exit 0, nothing written); a stale extract is named with the command that remakes it."""
+    if kubeopenapi.module_cache_file() is None:
+        pytest.skip(f"{kubeopenapi.MODULE}@{kubeopenapi.VERSION} is not in the Go module cache")
+    from mooncake_pd import cli
+
+    assert cli.main(["schema", "--openapi", "--check"]) == 0, capsys.readouterr().err
+
+
+def test_a_stale_extract_is_named_with_its_command(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys):
+    from mooncake_pd.commands import schema as command
+
+    if kubeopenapi.module_cache_file() is None:
+        pytest.skip(f"{kubeopenapi.MODULE}@{kubeopenapi.VERSION} is not in the Go module cache")
+    vendored = kubeopenapi.EXTRACT.read_text()
+    stale = tmp_path / kubeopenapi.EXTRACT.name
+    stale.write_text("{}\n")
+    monkeypatch.setattr(kubeopenapi, "EXTRACT", stale)
+    assert command._extract(check=True) == 1
+    assert "is stale: run `mooncake-pd schema --openapi`" in capsys.readouterr().err
+    assert stale.read_text() == "{}\n"
+    assert command._extract(check=False) == 0
+    assert stale.read_text() == vendored

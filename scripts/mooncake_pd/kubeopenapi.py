@@ -133,7 +133,10 @@ def download() -> Path:
             timeout=900,
         )
     try:
-        folder = Path(json.loads(proc.stdout)["Dir"])
+        found = json.loads(proc.stdout)
+        folder = Path(found["Dir"])
+        if proc.returncode or found.get("Error"):
+            raise ValueError(found.get("Error"))
     except (ValueError, KeyError):
         raise OpenApiError(
             f"go mod download {MODULE}@{VERSION} failed: {(proc.stdout + proc.stderr).strip()[-800:]}; "
