@@ -1,10 +1,10 @@
 """The schema's judgement of the Kubernetes fields newer than 1.27 is the local cluster's
 kube-apiserver v1.34.2's (the release whose OpenAPI types them, mooncake_pd.kubeopenapi):
-- what the schema refuses by the API server's rules (schemagen.newer_field_rules, and the
+- what the schema refuses by the API server's rules (schemarules.newer_field_rules, and the
   topology spread's matchLabelKeys rule helm had ignored), rendered by a copy of the chart
   without its schema and its own rules, is refused by the API server with the message of
   pkg/apis/core/validation;
-- what it refuses because its feature gate is off by default (schemagen.GATED_OFF) is admitted
+- what it refuses because its feature gate is off by default (schemarules.GATED_OFF) is admitted
   by the API server and stored without it: dropped unsaid;
 - what it accepts is admitted and stored as given.
 tests/test_guards.py checks the schema's messages (tests/bad-values/); the three valid forms of

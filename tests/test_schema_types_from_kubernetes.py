@@ -140,7 +140,7 @@ SIDECAR = {"name": "exporter", "image": "docker.io/library/busybox:1.37"}
          False),
         ({"engine": {"extraContainers": [SIDECAR | {"lifecycel": {}}]}}, False),
         ({"engine": {"securityContext": {"appArmorProfile": {"type": "RuntimeDefault", "profile": "x"}}}}, False),
-        # The API server's rules on the newer fields (schemagen.newer_field_rules).
+        # The API server's rules on the newer fields (schemarules.newer_field_rules).
         ({"engine": {"extraContainers": [SIDECAR | {"lifecycle": {"preStop": {"sleep": {"seconds": -1}}}}]}}, False),
         ({"engine": {"extraContainers": [SIDECAR | {"restartPolicy": "Always"}]}}, False),
         ({"engine": {"extraContainers": [SIDECAR | {"lifecycle": {"stopSignal": "SIGTERM"}}]}}, False),
@@ -163,7 +163,7 @@ SIDECAR = {"name": "exporter", "image": "docker.io/library/busybox:1.37"}
 )  # fmt: skip
 def test_newer_fields_are_accepted_and_judged_as_the_api_server_does(schema, values: dict[str, Any], ok: bool):
     """On the schema alone (helm runs the same rules: tests/bad-values/ for the messages); each
-    refusal is the API server's (kubernetes v1.34.2, schemagen.newer_field_rules names where)."""
+    refusal is the API server's (kubernetes v1.34.2, schemarules.newer_field_rules names where)."""
     merged = copy.deepcopy(docs.load_defaults())
     for section, fields in values.items():
         merged[section] = {**merged[section], **fields}
