@@ -33,6 +33,7 @@ EXIT_CODES = {
     "mooncake_pd.errors.MooncakePdError": BAD_INPUT,
     "mooncake_pd.generate.GenerateError": BAD_INPUT,
     "mooncake_pd.helm.HelmError": BAD_INPUT,
+    "mooncake_pd.kubeopenapi.OpenApiError": BAD_INPUT,
     "mooncake_pd.model.ModelError": BAD_INPUT,
     "mooncake_pd.paths.Missing": BAD_INPUT,
     "mooncake_pd.profiles.ProfileError": BAD_INPUT,

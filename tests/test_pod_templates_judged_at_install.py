@@ -99,14 +99,19 @@ VALID_134 = {
 }
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=helm.HelmError,
-    reason="issue 54 item 2: the schema types pass-through fields from Kubernetes 1.27's OpenAPI, "
-    "which lacks preStop sleep, matchLabelKeys and a storage request in an ephemeral volume",
-)
-def test_the_chart_renders_the_valid_kubernetes_134_forms(tmp_path: Path):
+@pytest.mark.parametrize("version", paths.HELM_VERSIONS)
+def test_the_chart_renders_the_valid_kubernetes_134_forms(tmp_path: Path, version: str):
+    """The schema types the pass-through fields from Kubernetes v1.34.2's own OpenAPI
+    (mooncake_pd.kubeopenapi), so helm 3 and 4 take the three forms; each reaches the pod
+    templates as given."""
     values = tmp_path / "valid-134.yaml"
     values.write_text(yaml.safe_dump(VALID_134))
-    objects = manifests.parse(helm.template(paths.helm_binary(), (values,)))
-    assert len(manifests.find(objects, "PodTemplate")) == 2
+    objects = manifests.parse(helm.template(paths.helm_binary(version), (values,)))
+    templates = {t["metadata"]["name"]: t["template"]["spec"] for t in manifests.find(objects, "PodTemplate")}
+    assert len(templates) == 2
+    for name, spec in templates.items():
+        assert VALID_134["engine"]["extraVolumes"][0] in spec["volumes"], name
+        sidecar = next(c for c in spec["containers"] if c["name"] == "exporter")
+        assert sidecar["lifecycle"] == {"preStop": {"sleep": {"seconds": 5}}}, name
+    prefill = next(spec for name, spec in templates.items() if "-prefill-" in name)
+    assert prefill["affinity"] == VALID_134["prefill"]["affinity"]

@@ -125,8 +125,10 @@ def test_schema_machine_parts_are_current(schema):
     assert schemagen.generate(schema) == schema, "run `make schema`"
 
 
-def test_pass_through_fields_use_kubernetes_1_27_definitions(schema):
-    from mooncake_pd import schemagen
+def test_pass_through_fields_use_kubernetes_definitions(schema):
+    """Typed from Kubernetes' own OpenAPI (kubeopenapi.VERSION, tests/test_schema_types_from_kubernetes.py),
+    unknown fields refused, with the rules OpenAPI leaves out."""
+    from mooncake_pd import schemagen, schemarules
 
     resources = schema["properties"]["prefill"]["properties"]["resources"]
     assert resources["allOf"][0] == {"$ref": "#/$defs/io.k8s.api.core.v1.ResourceRequirements"}
@@ -134,13 +136,24 @@ def test_pass_through_fields_use_kubernetes_1_27_definitions(schema):
     assert definitions["io.k8s.api.core.v1.ResourceRequirements"]["additionalProperties"] is False
     quantity = definitions["io.k8s.apimachinery.pkg.api.resource.Quantity"]["oneOf"]
     assert quantity == [
-        {"type": "string", "pattern": schemagen.NONNEGATIVE_QUANTITY},
+        {"type": "string", "pattern": schemarules.NONNEGATIVE_QUANTITY},
         {"type": "number", "minimum": 0},
     ], "resources are never negative"
     assert definitions["io.k8s.api.core.v1.Toleration"]["properties"]["operator"]["enum"][:2] == ["Exists", "Equal"]
     assert not set(schemagen.PROBE_HANDLERS) & set(definitions["mooncake-pd.ProbeTimings"]["properties"])
     period = definitions["mooncake-pd.ProbeTimings"]["properties"]["periodSeconds"]
     assert (period["type"], period["maximum"]) == ("integer", 2**31 - 1)
+    # Fields 1.27 lacked (issue 54), each closed to unknown fields.
+    assert "sleep" in definitions["io.k8s.api.core.v1.LifecycleHandler"]["properties"]
+    assert definitions["io.k8s.api.core.v1.SleepAction"]["additionalProperties"] is False
+    assert {"matchLabelKeys", "mismatchLabelKeys"} <= set(
+        definitions["io.k8s.api.core.v1.PodAffinityTerm"]["properties"]
+    )
+    claim = definitions["io.k8s.api.core.v1.PersistentVolumeClaimSpec"]["properties"]["resources"]
+    assert claim == {
+        "$ref": "#/$defs/io.k8s.api.core.v1.VolumeResourceRequirements",
+        "description": claim["description"],
+    }
 
 
 @pytest.mark.parametrize(
@@ -185,16 +198,16 @@ def test_schema_generation_is_deterministic(schema):
     ],
 )
 def test_cidr_grammar(value: str, ok: bool):
-    from mooncake_pd import schemagen
+    from mooncake_pd import schemarules
 
-    assert bool(re.match(schemagen.CIDR, value)) is ok
+    assert bool(re.match(schemarules.CIDR, value)) is ok
 
 
 def test_cidr_grammar_takes_every_network_python_writes():
     import ipaddress
     import random
 
-    from mooncake_pd import schemagen
+    from mooncake_pd import schemarules
 
     rng = random.Random(18)
     for _ in range(2000):
@@ -202,7 +215,7 @@ def test_cidr_grammar_takes_every_network_python_writes():
         v6 = ipaddress.IPv6Address(int("".join(f"{g:04x}" for g in groups), 16))
         v4 = ipaddress.IPv4Address(rng.getrandbits(32))
         for text in (f"{v6.compressed}/{rng.randint(0, 128)}", f"{v6.exploded}/64", f"{v4}/{rng.randint(0, 32)}"):
-            assert re.match(schemagen.CIDR, text), text
+            assert re.match(schemarules.CIDR, text), text
 
 
 @pytest.mark.parametrize(
@@ -210,9 +223,9 @@ def test_cidr_grammar_takes_every_network_python_writes():
     [("1", True), ("8", True), ("2000m", True), ("1Ki", True), ("1e3", True), ("0.5", False), ("500m", False)],
 )
 def test_extended_resources_are_whole_numbers(value: str, ok: bool):
-    from mooncake_pd import schemagen
+    from mooncake_pd import schemarules
 
-    assert bool(re.match(schemagen.INTEGER_QUANTITY, value)) is ok
+    assert bool(re.match(schemarules.INTEGER_QUANTITY, value)) is ok
 
 
 @pytest.mark.parametrize(
@@ -230,9 +243,9 @@ def test_extended_resources_are_whole_numbers(value: str, ok: bool):
     ],
 )
 def test_resource_names_are_standard_or_extended(name: str, ok: bool):
-    from mooncake_pd import schemagen
+    from mooncake_pd import schemarules
 
-    assert bool(re.match(schemagen.STANDARD_RESOURCE, name) or re.match(schemagen.EXTENDED_RESOURCE, name)) is ok
+    assert bool(re.match(schemarules.STANDARD_RESOURCE, name) or re.match(schemarules.EXTENDED_RESOURCE, name)) is ok
 
 
 def test_probe_rules_of_the_api_server(schema):

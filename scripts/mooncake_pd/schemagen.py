@@ -2,13 +2,20 @@
 
 values.schema.json is edited by hand for its keys, types and descriptions. This module adds
 what must not be written by hand, and a test fails when the file differs from its output:
-- each pass-through Kubernetes field (resources, probes, security contexts, tolerations,
-  affinity, NetworkPolicy peers, ...) is typed with the definition of the chart's kubeVersion
-  floor (1.27), taken from the OpenAPI schemas kubernetes-validate ships, unknown fields refused;
-  Kthena's own fields (networkTopology, parentRefs) from the vendored CRDs;
+- each pass-through Kubernetes field (containers, volumes and mounts, resources, probes, security
+  contexts, lifecycle, tolerations, affinity, NetworkPolicy peers, ...) is typed with Kubernetes'
+  own definition, unknown fields refused: from kubernetes' api/openapi-spec/swagger.json at
+  v1.34.2, the newest release the chart supports (Chart.yaml kubeVersion >=1.27) and the one whose
+  API server the local test cluster runs, vendored as an extract (mooncake_pd/openapi/SOURCE.md;
+  `mooncake-pd schema --openapi` extracts it again). The newest rather than the floor: a field
+  valid in 1.34 is accepted (preStop sleep, matchLabelKeys in pod affinity, ...); one an older
+  cluster lacks is that API server's to refuse, at install for the engine pods (the pod-template
+  hook, chart/templates/validate-podtemplates.yaml). Kthena's own fields (networkTopology,
+  parentRefs) from the vendored CRDs;
 - what OpenAPI leaves out: the quantity grammar, int32/int64 bounds, toleration operators and
-  effects, label keys and values; and the API server's own field rules (api_server_rules): CIDRs,
-  probe timings, quantities >= 0, resource names, selector keys and operators;
+  effects, label keys and values; and the API server's own field rules (mooncake_pd.schemarules):
+  CIDRs, probe timings, quantities >= 0, resource names, selector keys and operators, enums, the
+  fields a 1.34 API server drops unsaid with its default feature gates;
 - every key required unless listed in NULLABLE (null there means "off" or "the default"), so a
   section set to null is refused naming it instead of crashing a template;
 - no control characters in any string (they break the YAML and the start scripts).
@@ -19,17 +26,15 @@ from __future__ import annotations
 import copy
 import json
 from collections.abc import Callable
-from functools import cache
 from pathlib import Path
 from typing import Any
 
-import kubernetes_validate
+from mooncake_pd import kubeopenapi, manifests, paths, profiles
+from mooncake_pd.schemarules import LABEL_KEY, LABEL_VALUE, api_server_rules
 
-from mooncake_pd import manifests, paths, profiles
-
-KUBERNETES_FLOOR = "1.27.0"
 DEFS = "$defs"
 PREFIX = "io.k8s."
+PROBE = "io.k8s.api.core.v1.Probe"
 
 # values path (dots; [] for list items) -> Kubernetes definition (or a local one below).
 K8S_FIELDS = {
@@ -120,73 +125,22 @@ QUANTITY = r"^[+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([KMGTPE]i|[numkMGTPE]|[eE][+-]?[
 # C0 and C1 control characters (YAML refuses them in a stream; the scripts must not get them).
 NO_CONTROL = "^[^\\x00-\\x1f\\x7f-\\x9f]*$"
 NO_CONTROL_MULTILINE = "^[^\\x00-\\x08\\x0b-\\x1f\\x7f-\\x9f]*$"
-# Label keys: an optional DNS-1123 subdomain prefix and a name; values: a name or empty.
-DNS_SUBDOMAIN = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*"
-LABEL_NAME = r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?"
-LABEL_KEY = rf"^({DNS_SUBDOMAIN}/)?{LABEL_NAME}$"
-LABEL_VALUE = rf"^({LABEL_NAME})?$"
+# The `format`s the definitions used here carry: int32 and int64 (bounded), int-or-string
+# (IntOrString, rewritten in definitions()) and date-time (meta/v1 Time, in an ephemeral
+# volume's claim metadata). The API server's rules beyond OpenAPI: mooncake_pd.schemarules.
 INT_BOUNDS = {"int32": (-(2**31), 2**31 - 1), "int64": (-(2**63), 2**63 - 1)}
-# The only `format`s the 1.27 definitions used here carry are int32 and int64 (bounded above);
-# the API server checks more strings by format than OpenAPI marks. Each rule below names its
-# source in kubernetes v1.27 (pkg/apis/...; k8s.io/apimachinery/pkg/util/validation).
-# Quantities of resources are >= 0 (core/validation ValidateResourceQuantityValue ->
-# ValidateNonnegativeQuantity): the grammar without a minus sign.
-NONNEGATIVE_QUANTITY = r"^\+?([0-9]+(\.[0-9]*)?|\.[0-9]+)([KMGTPE]i|[numkMGTPE]|[eE][+-]?[0-9]+)?$"
-# Extended resources hold whole numbers (IsIntegerResourceName: "must be an integer"): no fraction
-# without a suffix, milli/micro/nano units only in whole thousands/millions/billions. A decimal
-# with a larger suffix (1.5k) passes here and is left to the API server.
-INTEGER_QUANTITY = (
-    r"^\+?([0-9]+(\.0*)?|[0-9]*\.[0-9]+([KMGTPE]i|[kMGTPE]|[eE]\+?[0-9]+)|[0-9]+([KMGTPE]i|[kMGTPE]|[eE]\+?[0-9]+)"
-    r"|0+[mun]|[0-9]*000m|[0-9]*000000u|[0-9]*000000000n)$"
-)
-# Container resource names (core/validation validateContainerResourceName): the standard ones,
-# or an extended name `domain/name` that is a qualified name (helper.IsExtendedResourceName).
-STANDARD_RESOURCE = r"^(cpu|memory|ephemeral-storage|hugepages-[-A-Za-z0-9_.]*[A-Za-z0-9])$"
-EXTENDED_RESOURCE = rf"^{DNS_SUBDOMAIN}/{LABEL_NAME}$"
-# CIDRs as netutils.ParseCIDRSloppy reads them (networking/validation ValidateIPBlock: cidr and
-# each except entry, "not a valid CIDR"): IPv4 octets may have leading zeros, host bits may be set.
-_V4 = r"((25[0-5]|2[0-4][0-9]|[01]?[0-9]?[0-9])\.){3}(25[0-5]|2[0-4][0-9]|[01]?[0-9]?[0-9])"
-_H = "[0-9a-fA-F]{1,4}"
-_V6 = "|".join(
-    [
-        rf"({_H}:){{7}}{_H}",
-        rf"({_H}:){{1,7}}:",
-        *(rf"({_H}:){{{n}}}(:{_H}){{1,{7 - n}}}" for n in range(1, 7)),
-        rf":(:{_H}){{1,7}}",
-        "::",
-        rf"({_H}:){{6}}{_V4}",
-        *(rf"({_H}:){{{n}}}(:{_H}){{0,{5 - n}}}:{_V4}" for n in range(0, 6)),
-        rf"::({_H}:){{0,5}}{_V4}",
-    ]
-)
-CIDR = rf"^({_V4}/(3[0-2]|[12]?[0-9])|({_V6})/(12[0-8]|1[01][0-9]|[1-9]?[0-9]))$"
-# LabelSelectorRequirement and NodeSelectorRequirement operators (apimachinery
-# ValidateLabelSelectorRequirement; core/validation ValidateNodeSelectorRequirement).
-SELECTOR_OPERATORS = ["In", "NotIn", "Exists", "DoesNotExist"]
-NODE_SELECTOR_OPERATORS = [*SELECTOR_OPERATORS, "Gt", "Lt"]
-# Security-context enums (core/validation ValidateProcMountType, validateFSGroupChangePolicy,
-# validateSeccompProfileType; the local cluster's API server refused "" for procMount, found by
-# tests/test_cluster_admission.py); a Localhost seccomp profile needs localhostProfile, which
-# only it may have (validateSeccompProfileField).
-# Unmasked needs the pod's hostUsers false ("`hostUsers` must be false to use `Unmasked`"), which
-# no pod of the chart sets: Default is the one value that can work.
-PROC_MOUNT_TYPES = ["Default"]
-MAX_ID = 2**31 - 1
-SYSCTL_NAME = r"^([a-z0-9]([-_a-z0-9]*[a-z0-9])?[\./])*[a-z0-9]([-_a-z0-9]*[a-z0-9])?$"
-FS_GROUP_CHANGE_POLICIES = ["OnRootMismatch", "Always"]
-SECCOMP_PROFILE_TYPES = ["Localhost", "RuntimeDefault", "Unconfined"]
-# Probe fields (core/validation validateProbe, ValidateNonnegativeField): >= 0, 0 meaning the
-# default (core/v1/defaults.go SetDefaults_Probe); terminationGracePeriodSeconds > 0;
-# liveness and startup probes need successThreshold 1 (validateContainerCommon "must be 1").
-PROBE_NONNEGATIVE = ("initialDelaySeconds", "timeoutSeconds", "periodSeconds", "successThreshold", "failureThreshold")
 PROBE_HANDLERS = ("exec", "grpc", "httpGet", "tcpSocket")
 
 
-@cache
-def kubernetes_definitions(version: str = KUBERNETES_FLOOR) -> dict[str, Any]:
-    """The strict OpenAPI definitions kubernetes-validate ships for `version`."""
-    folder = Path(kubernetes_validate.__file__).parent / "kubernetes-json-schema" / f"v{version}-local-strict"
-    return json.loads((folder / "_definitions.json").read_text())[DEFS]
+def kubernetes_roots() -> set[str]:
+    """The Kubernetes definitions the values name: the vendored extract holds them and every
+    definition they refer to (kubeopenapi)."""
+    return {d for d in K8S_FIELDS.values() if d.startswith(PREFIX)} | {PROBE}
+
+
+def kubernetes_definitions() -> dict[str, Any]:
+    """Kubernetes' definitions (Swagger 2.0 schemas, kubeopenapi.VERSION), from the vendored extract."""
+    return kubeopenapi.vendored()
 
 
 def _crd_schema(file: str, *path: str) -> dict[str, Any]:
@@ -198,7 +152,7 @@ def _crd_schema(file: str, *path: str) -> dict[str, Any]:
 
 
 def _local_definitions() -> dict[str, Any]:
-    probe = copy.deepcopy(kubernetes_definitions()["io.k8s.api.core.v1.Probe"])
+    probe = copy.deepcopy(kubernetes_definitions()[PROBE])
     for handler in PROBE_HANDLERS:
         probe["properties"].pop(handler, None)
     probe["description"] = "Probe timings; the chart sets the handler (httpGet /health on the role's port)."
@@ -217,20 +171,6 @@ def _local_definitions() -> dict[str, Any]:
             "networking.serving.volcano.sh_modelroutes.yaml", "spec", "parentRefs", "[]"
         ),
     }
-
-
-def _refs(node: Any) -> set[str]:
-    found: set[str] = set()
-    if isinstance(node, dict):
-        ref = node.get("$ref")
-        if isinstance(ref, str):
-            found.add(ref.rsplit("/", 1)[-1])
-        for value in node.values():
-            found |= _refs(value)
-    elif isinstance(node, list):
-        for value in node:
-            found |= _refs(value)
-    return found
 
 
 def _fix(node: Any) -> Any:
@@ -263,13 +203,15 @@ def _fix(node: Any) -> Any:
 def definitions(names: set[str]) -> dict[str, Any]:
     """The named definitions and every one they refer to, fixed."""
     source = {**kubernetes_definitions(), **_local_definitions()}
-    wanted, todo = {}, sorted(names)
-    while todo:
-        name = todo.pop()
-        if name in wanted:
-            continue
-        wanted[name] = _fix(source[name])
-        todo += sorted(_refs(source[name]) - set(wanted))
+    wanted = {name: _fix(node) for name, node in kubeopenapi.closure(source, names).items()}
+    # Swagger 2.0 writes the two union types as strings with a format; JSON takes them as below
+    # (apimachinery's intstr.IntOrString: "an int32 or a string").
+    int_or_string = "io.k8s.apimachinery.pkg.util.intstr.IntOrString"
+    if int_or_string in wanted:
+        wanted[int_or_string] = {
+            "description": "A name or a number (int32).",
+            "oneOf": [{"type": "string"}, _fix({"type": "integer", "format": "int32"})],
+        }
     quantity = "io.k8s.apimachinery.pkg.api.resource.Quantity"
     if quantity in wanted:
         wanted[quantity] = {
@@ -281,167 +223,9 @@ def definitions(names: set[str]) -> dict[str, Any]:
         toleration["properties"]["operator"]["enum"] = ["Exists", "Equal", None]
         toleration["properties"]["effect"]["enum"] = ["NoSchedule", "PreferNoSchedule", "NoExecute", "", None]
     api_server_rules(wanted)
-    return dict(sorted(wanted.items()))
-
-
-def _properties(wanted: dict[str, Any], name: str) -> dict[str, Any]:
-    return (wanted.get(name) or {}).get("properties") or {}
-
-
-def api_server_rules(wanted: dict[str, Any]) -> None:
-    """The API server's own field rules the OpenAPI definitions do not carry, added in place to
-    the definitions present (sources at the constants above)."""
-    quantity = wanted.get("io.k8s.apimachinery.pkg.api.resource.Quantity")
-    if quantity:
-        quantity["description"] += " Not negative (resources)."
-        quantity["oneOf"] = [{"type": "string", "pattern": NONNEGATIVE_QUANTITY}, {"type": "number", "minimum": 0}]
-    integer = {
-        "description": "An extended resource: a whole number.",
-        "oneOf": [{"type": "string", "pattern": INTEGER_QUANTITY}, {"type": "integer", "minimum": 0}],
-    }
-    for key in ("limits", "requests"):
-        field = _properties(wanted, "io.k8s.api.core.v1.ResourceRequirements").get(key)
-        if field:
-            field["description"] += " Names: cpu, memory, ephemeral-storage, hugepages-<size>, or domain/name."
-            field["patternProperties"] = {
-                STANDARD_RESOURCE: field.pop("additionalProperties"),
-                EXTENDED_RESOURCE: integer,
-            }
-            field["additionalProperties"] = False
-    # resources.claims name a pod-level resourceClaims entry (core/validation
-    # validateResourceClaimNames), which no pod of the chart has: every claim would be refused.
-    _properties(wanted, "io.k8s.api.core.v1.ResourceRequirements").pop("claims", None)
-    ip_block = _properties(wanted, "io.k8s.api.networking.v1.IPBlock")
-    if ip_block:
-        ip_block["cidr"]["pattern"] = CIDR
-        ip_block["except"]["items"]["pattern"] = CIDR
-    for name in ("mooncake-pd.ProbeTimings", "mooncake-pd.SingleSuccessProbeTimings"):
-        probe = _properties(wanted, name)
-        for key in PROBE_NONNEGATIVE:
-            probe.get(key, {})["minimum"] = 0
-        if "terminationGracePeriodSeconds" in probe:
-            probe["terminationGracePeriodSeconds"]["minimum"] = 1
-    single = _properties(wanted, "mooncake-pd.SingleSuccessProbeTimings")
-    if single:
-        single["successThreshold"]["maximum"] = 1
-    label_selector = _properties(wanted, "io.k8s.apimachinery.pkg.apis.meta.v1.LabelSelector")
-    if label_selector:
-        label_selector["matchLabels"]["patternProperties"] = {
-            LABEL_KEY: label_selector["matchLabels"].pop("additionalProperties") | {"pattern": LABEL_VALUE}
-        }
-        label_selector["matchLabels"]["additionalProperties"] = False
-    for name, operators in (
-        ("io.k8s.apimachinery.pkg.apis.meta.v1.LabelSelectorRequirement", SELECTOR_OPERATORS),
-        ("io.k8s.api.core.v1.NodeSelectorRequirement", NODE_SELECTOR_OPERATORS),
-    ):
-        requirement = _properties(wanted, name)
-        if requirement:
-            requirement["key"]["pattern"] = LABEL_KEY
-            requirement["operator"]["enum"] = operators
-    # Values by operator (ValidateLabelSelectorRequirement, ValidateNodeSelectorRequirement): In
-    # and NotIn need some, Exists and DoesNotExist none, Gt and Lt exactly one; node values are
-    # label values (found by tests/test_cluster_admission.py, with an empty nodeSelectorTerms).
-    for name, counted in (
-        ("io.k8s.apimachinery.pkg.apis.meta.v1.LabelSelectorRequirement", False),
-        ("io.k8s.api.core.v1.NodeSelectorRequirement", True),
-    ):
-        found = wanted.get(name)
-        if found:
-            rule_node: dict[str, Any] = found
-            rules = [
-                _operator_rule(["In", "NotIn"], {"required": ["values"], "properties": {"values": {"minItems": 1}}}),
-                _operator_rule(["Exists", "DoesNotExist"], {"properties": {"values": {"maxItems": 0}}}),
-            ]
-            if counted:
-                single = {"required": ["values"], "properties": {"values": {"minItems": 1, "maxItems": 1}}}
-                rules.append(_operator_rule(["Gt", "Lt"], single))
-                rule_node["properties"]["values"]["items"]["pattern"] = LABEL_VALUE
-            rule_node["allOf"] = [*rule_node.get("allOf", []), *rules]
-    sysctl = _properties(wanted, "io.k8s.api.core.v1.Sysctl")
-    if sysctl:
-        # core/validation IsValidSysctlName (found by tests/test_cluster_admission.py: "").
-        sysctl["name"]["pattern"] = SYSCTL_NAME
-        sysctl["name"]["maxLength"] = 253
-    node_selector = _properties(wanted, "io.k8s.api.core.v1.NodeSelector")
-    if node_selector:
-        node_selector["nodeSelectorTerms"]["minItems"] = 1
-    term = _properties(wanted, "io.k8s.api.core.v1.PodAffinityTerm")
-    if term:
-        term["topologyKey"]["pattern"] = LABEL_KEY
-    for name, key, values in (
-        ("io.k8s.api.core.v1.SecurityContext", "procMount", PROC_MOUNT_TYPES),
-        ("io.k8s.api.core.v1.PodSecurityContext", "fsGroupChangePolicy", FS_GROUP_CHANGE_POLICIES),
-        ("io.k8s.api.core.v1.SeccompProfile", "type", SECCOMP_PROFILE_TYPES),
-    ):
-        field = _properties(wanted, name).get(key)
-        if field:
-            field["enum"] = values
-    # User and group IDs (k8s.io/apimachinery/pkg/util/validation IsValidUserID/IsValidGroupID:
-    # 0 to 2^31-1; the local cluster's API server refused runAsGroup -1).
-    for name in ("io.k8s.api.core.v1.SecurityContext", "io.k8s.api.core.v1.PodSecurityContext"):
-        fields = _properties(wanted, name)
-        for key in ("runAsUser", "runAsGroup", "fsGroup"):
-            if key in fields:
-                fields[key]["minimum"], fields[key]["maximum"] = 0, MAX_ID
-        if "supplementalGroups" in fields:
-            fields["supplementalGroups"]["items"]["minimum"] = 0
-            fields["supplementalGroups"]["items"]["maximum"] = MAX_ID
-    # The chart's pods are Linux pods: Windows options have no use there, and their values are
-    # checked by rules of their own (the local cluster's API server refused an empty
-    # gmsaCredentialSpec); left out, they are refused naming the key.
-    for name in ("io.k8s.api.core.v1.SecurityContext", "io.k8s.api.core.v1.PodSecurityContext"):
-        _properties(wanted, name).pop("windowsOptions", None)
-    seccomp = wanted.get("io.k8s.api.core.v1.SeccompProfile")
-    if seccomp:
-        seccomp["if"] = {"properties": {"type": {"const": "Localhost"}}, "required": ["type"]}
-        seccomp["then"] = {"required": ["localhostProfile"]}
-        seccomp["else"] = {"not": {"required": ["localhostProfile"]}}
-    peer = wanted.get("io.k8s.api.networking.v1.NetworkPolicyPeer")
-    if peer:
-        # networking/validation ValidateNetworkPolicyPeer: "must specify a peer", and "may not
-        # specify both ipBlock and another peer" (found by tests/test_cluster_admission.py).
-        peer["anyOf"] = [{"required": [key]} for key in ("podSelector", "namespaceSelector", "ipBlock")]
-        peer["if"] = {"required": ["ipBlock"]}
-        peer["then"] = {"not": {"anyOf": [{"required": ["podSelector"]}, {"required": ["namespaceSelector"]}]}}
-    toleration = _properties(wanted, "io.k8s.api.core.v1.Toleration")
-    if toleration:
-        # Empty with operator Exists matches every taint (core/validation validateTolerations).
-        toleration["key"]["pattern"] = LABEL_KEY.replace("^(", "^$|^(", 1)
-    spread_constraint = wanted.get("io.k8s.api.core.v1.TopologySpreadConstraint")
-    if spread_constraint:
-        # core/validation validateTopologySpreadConstraints (v1.34.2): maxSkew and minDomains
-        # positive, minDomains only with DoNotSchedule, a qualified topologyKey, the two
-        # policies Honor or Ignore, and matchLabelKeys only beside a labelSelector. That no two
-        # constraints share {topologyKey, whenUnsatisfiable} is validate.pods'.
-        fields = spread_constraint["properties"]
-        fields["maxSkew"]["minimum"] = 1
-        fields["minDomains"]["minimum"] = 1
-        fields["topologyKey"]["pattern"] = LABEL_KEY
-        fields["whenUnsatisfiable"]["enum"] = ["DoNotSchedule", "ScheduleAnyway"]
-        for policy in ("nodeAffinityPolicy", "nodeTaintsPolicy"):
-            if policy in fields:
-                fields[policy]["enum"] = ["Honor", "Ignore"]
-        if "matchLabelKeys" in fields:
-            fields["matchLabelKeys"]["items"]["pattern"] = LABEL_KEY
-            spread_constraint["dependentRequired"] = {"matchLabelKeys": ["labelSelector"]}
-        spread_constraint["if"] = {"required": ["minDomains"]}
-        spread_constraint["then"] = {"properties": {"whenUnsatisfiable": {"const": "DoNotSchedule"}}}
-    # core/validation validatePreferredSchedulingTerms and validateWeightedPodAffinityTerms:
-    # "must be in the range 1-100" (found by the fuzz against the local cluster).
-    for name in ("io.k8s.api.core.v1.PreferredSchedulingTerm", "io.k8s.api.core.v1.WeightedPodAffinityTerm"):
-        weight = _properties(wanted, name).get("weight")
-        if weight:
-            weight["minimum"], weight["maximum"] = 1, 100
-    volume = wanted.get("io.k8s.api.core.v1.Volume")
-    if volume:
-        # core/validation validateVolumeSource: "must specify a volume type", "may not specify
-        # more than 1 volume type": a name and exactly one source.
-        volume["minProperties"] = 2
-        volume["maxProperties"] = 2
-
-
-def _operator_rule(operators: list[str], then: dict[str, Any]) -> dict[str, Any]:
-    return {"if": {"properties": {"operator": {"enum": operators}}, "required": ["operator"]}, "then": then}
+    # Only what the values still reach (api_server_rules removes fields, and with them the last
+    # reference to some definitions).
+    return kubeopenapi.closure(wanted, names)
 
 
 def _node(schema: dict[str, Any], path: str) -> dict[str, Any]:

@@ -15,11 +15,16 @@ from typing import Any
 import jsonschema
 import kubernetes_validate
 
-from mooncake_pd import cel, manifests, paths
+from mooncake_pd import cel, kubeopenapi, manifests, paths
 from mooncake_pd.manifests import Manifest, ident
 
-# The chart's kubeVersion floor and the newest schemas kubernetes-validate ships.
-KUBERNETES_VERSIONS = ("1.27.0", kubernetes_validate.utils.latest_version())
+# Rendered objects are checked against the Kubernetes whose OpenAPI types the values schema's
+# pass-through fields (kubeopenapi.VERSION's minor release: kubernetes-validate ships x.y.0
+# schemas), so a field valid there renders, and the newest schemas kubernetes-validate ships.
+# The chart's own objects are also held to its kubeVersion floor (Chart.yaml; in
+# tests/test_schema_types_from_kubernetes.py): a field a user passes through beyond it is that
+# cluster's API server's to judge.
+KUBERNETES_VERSIONS = (kubeopenapi.minor_release(), kubernetes_validate.utils.latest_version())
 KTHENA_GROUPS = ("workload.serving.volcano.sh", "networking.serving.volcano.sh")
 PROMETHEUS_GROUPS = ("monitoring.coreos.com",)
 

@@ -17,7 +17,7 @@ SUMMARIES = {
     "preflight": "before helm install: dry-run the release on your cluster, check CRDs, scheduler and fit",
     "bench": "report a release's benchmark (TTFT, TPOT, throughput), save it, compare runs",
     "golden": "regenerate tests/golden/ from the chart defaults and every values/ file",
-    "schema": "type the chart's pass-through Kubernetes fields in values.schema.json (Kubernetes 1.27)",
+    "schema": "type the chart's pass-through Kubernetes fields in values.schema.json (Kubernetes v1.34.2's OpenAPI)",
     "docs": "regenerate the values reference docs/values.md from chart/values.schema.json",
     "chartcheck": "check Chart.yaml and that a chart change bumps its version (as ct lint does)",
     "autoscale": "model Kthena's autoscaler offline (simulate)",
