@@ -181,7 +181,7 @@ golden: $(STAMP) helm ## Regenerate tests/golden/ from the chart; read the diff 
 	$(PY) -m mooncake_pd --helm $(PINNED_HELM) golden
 	git diff --stat -- tests/golden
 
-schema: $(STAMP) ## Type the pass-through Kubernetes fields in chart/values.schema.json (from Kubernetes 1.27's OpenAPI).
+schema: $(STAMP) ## Type the pass-through Kubernetes fields in chart/values.schema.json (from Kubernetes v1.34.2's OpenAPI, vendored in scripts/mooncake_pd/openapi/; mooncake-pd schema --openapi extracts it again).
 	$(PY) -m mooncake_pd schema
 
 docs: $(STAMP) ## Regenerate the values reference (docs/values.md) from chart/values.schema.json.
