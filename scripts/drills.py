@@ -244,6 +244,7 @@ def run_drills(
     def start(name: str) -> float:
         starts[name] = starts.get(name, 0) + 1
         container = containers[name]
+        assert container.probe_url, f"{name} has no readiness probe"
         procs[name] = processes.run(container, f"{name}-{starts[name]}", 10 if name == "proxy" else ENGINE_NICE)
         return wait_ready(procs[name], container.probe_url, READY_TIMEOUT)
 
@@ -372,7 +373,9 @@ def run_kthena_drills(run, only: set[str] | None, reference: list[str] | None) -
     try:
         for extra in unique(KTHENA_DRILLS[n] for n in names):
             values = kthena_values(extra)
-            deployed = PdSetup(render(run.base / "models", values), setup.roles, setup.network, setup.work)
+            deployed = PdSetup(
+                render(run.base / "models", values), setup.roles, setup.network, setup.work, setup.models
+            )
             chosen = [n for n in names if KTHENA_DRILLS[n] == extra]
             summaries += kthena_drills(run, cluster, deployed, values, chosen, reference, clock, events)
     finally:
@@ -495,7 +498,7 @@ def kthena_drills(run, cluster, setup, values, names, reference, clock, events) 
                 summary = drive(name, acts[name], clock, reference, target, loads)
                 if name == "kthena-router-restarted":
                     stuck = sum(1 for start in starts if start["stuck"])
-                    notes = {"router_starts": starts[:], "stuck_starts": f"{stuck} of {len(starts)}"}
+                    notes: dict[str, object] = {"router_starts": starts[:], "stuck_starts": f"{stuck} of {len(starts)}"}
                     summary = dataclasses.replace(summary, notes=notes)
                 summaries.append(summary)
                 print(json.dumps(summary.as_dict()), flush=True)

@@ -120,9 +120,9 @@ def measure(run, requests: int, values: dict[str, Any], kthena: bool = True) -> 
     stream(plain_url, request("warm up"))
     idle = {"plain engine": idle_cpu({"engine": plain})}
     for prompt in prompts:
-        before = get_text(f"{plain_url}/metrics")
+        plain_before = get_text(f"{plain_url}/metrics")
         timing = stream(plain_url, request(prompt))
-        rows["plain engine"].append(latency.split_plain(timing, (before, get_text(f"{plain_url}/metrics"))))
+        rows["plain engine"].append(latency.split_plain(timing, (plain_before, get_text(f"{plain_url}/metrics"))))
     processes.stop(plain)
 
     # The PD pair and the proxy, as the chart starts them.
@@ -131,9 +131,11 @@ def measure(run, requests: int, values: dict[str, Any], kthena: bool = True) -> 
         _, prepared = engine(setup.objects, setup.roles[name], setup.work, setup.network)
         started[name] = (processes.run(prepared, f"{name}-engine", ENGINE_NICE), prepared)
     for proc, prepared in started.values():
+        assert prepared.probe_url, "an engine without a readiness probe"
         wait_ready(proc, prepared.probe_url, READY_TIMEOUT)
     proxy_ready = proxy_container(setup)
     proxy = processes.run(proxy_ready, "proxy")
+    assert proxy_ready.probe_url, "the proxy without a readiness probe"
     wait_ready(proxy, proxy_ready.probe_url, 120)
     urls = {name: metrics_url(setup.roles[name]).removesuffix("/metrics") for name in ("prefill", "decode")}
     proxy_url = "http://127.0.0.1:8080"
