@@ -126,10 +126,10 @@ unit-all: $(TEST_STAMP) $(CHECKOV_STAMP) $(E2E_STAMP) $(MOONCAKE_STAMP) $(LATER_
 	$(PY) -m pytest -m "$(UNIT)" $(PYTEST_PARALLEL)
 
 test-time: $(TEST_STAMP) $(CHECKOV_STAMP) $(E2E_STAMP) helm ## Measure the non-e2e tests' wall time here and where it goes (RUNS=3, BUDGET=150 s): out/test-time/.
-	$(PY) scripts/measure_tests.py --runs $(RUNS) --budget $(BUDGET) -- -m "$(UNIT) and $(GATE)" $(PYTEST_PARALLEL)
+	$(PY) harness/measure_tests.py --runs $(RUNS) --budget $(BUDGET) -- -m "$(UNIT) and $(GATE)" $(PYTEST_PARALLEL)
 
 flake-check: $(TEST_STAMP) $(E2E_STAMP) $(MOONCAKE_STAMP) helm cluster-tools ## The gate's cluster tests and e2e RUNS times (RUNS=5) beside a busy loop that takes one core; each failure with its cause: out/flake-check/.
-	$(PY) scripts/measure_tests.py --runs $(or $(FLAKE_RUNS),5) --hog 1 --keep-going --out out/flake-check \
+	$(PY) harness/measure_tests.py --runs $(or $(FLAKE_RUNS),5) --hog 1 --keep-going --out out/flake-check \
 	  --stage cluster='-m cluster' --stage e2e='-m "e2e and $(GATE)"'
 
 e2e-venv: $(E2E_STAMP) $(LATER_STAMP) ## Install the e2e venvs and the vLLM-Ascend overlays (scripts/install-e2e.sh).
@@ -153,16 +153,16 @@ e2e-kthena: $(TEST_STAMP) $(E2E_STAMP) helm cluster-tools ## Only the e2e's Kthe
 	$(PY) -m pytest -m e2e_kthena
 
 drills: $(TEST_STAMP) $(E2E_STAMP) $(MOONCAKE_STAMP) helm cluster-tools ## Fault drills under a bounded load on real CPU engines, behind the proxy (prefill, decode, proxy killed; prefill restarted; with Mooncake: prefill, decode killed) and behind Kthena's router on the pods Kthena creates (engines killed; rollouts of one and two groups): out/drills/, held against docs/failure-modes.md.
-	$(PY) scripts/drills.py
+	$(PY) harness/drills.py
 
 ttft-split: $(TEST_STAMP) $(E2E_STAMP) helm cluster-tools ## Where a PD request's time goes (real CPU engines; the PD proxy and Kthena's router): TTFT into router, prefill, KV transfer, decode's first step; TPOT into engine and router (out/ttft-split/).
-	$(PY) scripts/ttft_split.py
+	$(PY) harness/ttft_split.py
 
 scale: $(TEST_STAMP) helm cluster-tools ## A fleet on the local cluster (KWOK A3 nodes 50-400, 25-200 serving groups): bring-up, a rollout, decode autoscaled 1-32-1, short of capacity; out/scale/, held against docs/scale.md (QUICK=1: 10-80 nodes).
-	$(PY) scripts/scale.py $(if $(QUICK),--quick)
+	$(PY) harness/scale.py $(if $(QUICK),--quick)
 
 scale-datapath: $(TEST_STAMP) $(E2E_STAMP) helm cluster-tools ## What the PD proxy and Kthena's router add to a PD request at 1 to 1,000 streams and where each saturates on one core (stand-in engines; QUICK=1: a short run): out/scale/datapath.{json,png,md}, held against docs/scale-datapath.md.
-	$(PY) scripts/datapath_capacity.py $(if $(QUICK),--quick)
+	$(PY) harness/datapath_capacity.py $(if $(QUICK),--quick)
 
 conformance: $(TEST_STAMP) $(E2E_STAMP) $(LATER_STAMP) helm ## Only the runtime-conformance checks, every engine version's: every client container's real command in its image's Python.
 	$(PY) -m pytest -m conformance
@@ -188,8 +188,8 @@ docs: $(STAMP) ## Regenerate the values reference (docs/values.md) from chart/va
 	$(PY) -m mooncake_pd docs
 
 lint: $(TEST_STAMP) helm ## What ct lint does, locally: helm lint --strict per chart/ci file under helm 3 and 4, yamllint, Chart.yaml and version bump; plus ruff and mypy.
-	$(VENV)/bin/ruff check scripts tests chart/files
-	$(VENV)/bin/ruff format --check scripts tests chart/files
+	$(VENV)/bin/ruff check scripts harness tests chart/files
+	$(VENV)/bin/ruff format --check scripts harness tests chart/files
 	$(PY) -m mypy
 	$(VENV)/bin/yamllint --strict .
 	for v in $(HELM_VERSIONS); do for f in chart/ci/*-values.yaml; do \

@@ -363,7 +363,7 @@ def test_the_package_is_its_sections_each_importing_only_earlier_ones():
     folder = Path(a.__file__).parent
     assert sorted(p.stem for p in folder.glob("*.py")) == sorted([*a.SECTIONS, "__init__"])
     graph = _section_imports()
-    assert graph["model"] == set() and graph["output"], graph
+    assert graph["policy"] == set() and graph["output"], graph
     for section, imported in graph.items():
         earlier = set(a.SECTIONS[: a.SECTIONS.index(section)])
         assert imported <= earlier, f"{section} imports {sorted(imported - earlier)}, which do not come before it"
@@ -372,7 +372,7 @@ def test_the_package_is_its_sections_each_importing_only_earlier_ones():
     assert sorted(order) == sorted(a.SECTIONS)
 
 
-@pytest.mark.parametrize("section", ["model", "parsing", "series", "window", "algorithm", "output"])
+@pytest.mark.parametrize("section", ["policy", "parsing", "samples", "window", "algorithm", "output"])
 def test_each_section_imports_alone_in_a_fresh_interpreter(section: str):
     program = f"import mooncake_pd.autoscale.{section} as m; print(m.__name__)"
     proc = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True)

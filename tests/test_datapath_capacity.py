@@ -18,8 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from mooncake_pd import capacity, paths
-from support import openai_standin, streamload
+from harness import capacity, streamload
+from mooncake_pd import paths
+from support import openai_standin
 
 
 def latency(p50: float, p99: float, requests: int = 100, failed: int = 0, offered: int | None = None):
@@ -151,7 +152,7 @@ def test_bounds_are_read_from_the_table_and_every_break_is_named(tmp_path: Path)
 
 
 def _script():
-    path = paths.REPO / "scripts" / "datapath_capacity.py"
+    path = paths.REPO / "harness" / "datapath_capacity.py"
     spec = importlib.util.spec_from_file_location("datapath_capacity", path)
     assert spec and spec.loader
     module = importlib.util.module_from_spec(spec)

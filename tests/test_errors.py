@@ -19,7 +19,7 @@ from mooncake_pd.errors import BAD_INPUT, FAILED, MooncakePdError
 EXIT_CODES = {
     "mooncake_pd.advisories.AdvisoryError": BAD_INPUT,
     "mooncake_pd.architectures.ArchitectureError": BAD_INPUT,
-    "mooncake_pd.autoscale.model.AutoscaleError": BAD_INPUT,
+    "mooncake_pd.autoscale.policy.AutoscaleError": BAD_INPUT,
     "mooncake_pd.bench.BenchError": BAD_INPUT,
     "mooncake_pd.bench.JobFailed": FAILED,
     "mooncake_pd.cel.CelError": FAILED,

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from mooncake_pd import latency
+from harness import latency
 
 
 def histograms(**families: tuple[float, float]) -> str:

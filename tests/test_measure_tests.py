@@ -19,7 +19,7 @@ import pytest
 
 from mooncake_pd import paths
 
-SCRIPT = paths.REPO / "scripts" / "measure_tests.py"
+SCRIPT = paths.REPO / "harness" / "measure_tests.py"
 JUNIT = """<?xml version="1.0" encoding="utf-8"?><testsuites><testsuite name="pytest">
 <testcase classname="tests.test_a" name="test_one[helm3]" time="1.5" />
 <testcase classname="tests.test_a" name="test_one[helm4]" time="0.5" />

@@ -15,13 +15,16 @@ RUFF = Path(sys.executable).parent / "ruff"
 
 def test_ruff_check():
     proc = subprocess.run(
-        [str(RUFF), "check", "scripts", "tests", "chart/files"], cwd=paths.REPO, capture_output=True, text=True
+        [str(RUFF), "check", "scripts", "harness", "tests", "chart/files"],
+        cwd=paths.REPO,
+        capture_output=True,
+        text=True,
     )
     assert proc.returncode == 0, proc.stdout
 
 
 def test_ruff_format():
-    cmd = [str(RUFF), "format", "--check", "scripts", "tests", "chart/files"]
+    cmd = [str(RUFF), "format", "--check", "scripts", "harness", "tests", "chart/files"]
     proc = subprocess.run(cmd, cwd=paths.REPO, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stdout
 

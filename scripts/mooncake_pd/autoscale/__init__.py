@@ -25,8 +25,8 @@ spec, not the pods: controller:426-448). It does not model pods that failed or r
 (collector:271-282 then drops that metric for the cycle) nor histogram quantiles (collector:454-471).
 
 The package follows the model's sections, each module importing only from those before it
-(tests/test_autoscale_simulate.py checks it): `model` (the policy, AutoscaleError), `parsing`
-(durations, quantities, the policy with its defaults), `series` (the metric series), `window`
+(tests/test_autoscale_simulate.py checks it): `policy` (the policy, AutoscaleError), `parsing`
+(durations, quantities, the policy with its defaults), `samples` (the metric series), `window`
 (Kthena's sliding windows, a role's state), `algorithm` (one reconcile, the replay) and `output`
 (JSON, the table). The names below are the package's interface.
 """
@@ -48,7 +48,15 @@ from mooncake_pd.autoscale.algorithm import (
     simulate,
     step,
 )
-from mooncake_pd.autoscale.model import (
+from mooncake_pd.autoscale.output import table, ticks_to_json
+from mooncake_pd.autoscale.parsing import (
+    defaulted_behavior,
+    find_policy_spec,
+    parse_duration_ms,
+    parse_quantity,
+    policy_from_spec,
+)
+from mooncake_pd.autoscale.policy import (
     HOMOGENEOUS_UNIT,
     AutoscaleError,
     Behavior,
@@ -59,19 +67,11 @@ from mooncake_pd.autoscale.model import (
     Role,
     StablePolicy,
 )
-from mooncake_pd.autoscale.output import table, ticks_to_json
-from mooncake_pd.autoscale.parsing import (
-    defaulted_behavior,
-    find_policy_spec,
-    parse_duration_ms,
-    parse_quantity,
-    policy_from_spec,
-)
-from mooncake_pd.autoscale.series import UNREADY, Sample, parse_series, series_from_rows
+from mooncake_pd.autoscale.samples import UNREADY, Sample, parse_series, series_from_rows
 from mooncake_pd.autoscale.window import LineWindow, RecordWindow, RoleState, initial_state
 
 # The order of the sections: a module imports only from the ones before it.
-SECTIONS = ("model", "parsing", "series", "window", "algorithm", "output")
+SECTIONS = ("policy", "parsing", "samples", "window", "algorithm", "output")
 
 __all__ = [
     "EPOCH_MS",

@@ -8,8 +8,8 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from mooncake_pd.autoscale.model import AutoscaleError, Behavior, Policy, RatioConstraint, Role
-from mooncake_pd.autoscale.series import Sample
+from mooncake_pd.autoscale.policy import AutoscaleError, Behavior, Policy, RatioConstraint, Role
+from mooncake_pd.autoscale.samples import Sample
 from mooncake_pd.autoscale.window import RoleState, initial_state
 
 # Kthena's reconcile period (pkg/autoscaler/util/settings.go:20; the chart's

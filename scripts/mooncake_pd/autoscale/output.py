@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from mooncake_pd.autoscale.algorithm import Tick
-from mooncake_pd.autoscale.model import Policy
+from mooncake_pd.autoscale.policy import Policy
 
 
 def ticks_to_json(policy: Policy, ticks: Sequence[Tick]) -> dict[str, Any]:

@@ -14,7 +14,7 @@ from typing import Any, cast
 import yaml
 
 from mooncake_pd import manifests
-from mooncake_pd.autoscale.model import (
+from mooncake_pd.autoscale.policy import (
     HOMOGENEOUS_UNIT,
     AutoscaleError,
     Behavior,

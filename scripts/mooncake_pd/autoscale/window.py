@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from mooncake_pd.autoscale.model import Behavior
+from mooncake_pd.autoscale.policy import Behavior
 
 
 def _fresh(fresh_ms: int, now: int, stamp: int) -> bool:

@@ -48,14 +48,15 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(REPO / "tests"), str(REPO / "scripts")]
+sys.path[:0] = [str(REPO), str(REPO / "tests"), str(REPO / "scripts")]
 
-from mooncake_pd import helm, manifests, paths, scale  # noqa: E402
+from harness import growth, pod_timeline, scale_judgement  # noqa: E402
+from harness.procstat import cpu_seconds, find_process, reset_peak, status_kib  # noqa: E402
+from mooncake_pd import helm, manifests, paths  # noqa: E402
 from support import teardown  # noqa: E402
 from support.kube import build  # noqa: E402
 from support.kube.api import ApiError, Client, pods_brief, wait_for  # noqa: E402
 from support.kube.cluster import Cluster, apply_all, node_objects  # noqa: E402
-from support.procstat import cpu_seconds, find_process, reset_peak, status_kib  # noqa: E402
 from support.waits import brief  # noqa: E402
 
 OUT = REPO / "out" / "scale"
@@ -130,7 +131,7 @@ MAX_UNAVAILABLE = "rolloutStrategy.rollingUpdateConfiguration.maxUnavailable"
 def rollout_values(extra: dict[str, Any], groups: int) -> dict[str, Any]:
     """`extra` with its maxUnavailable, or 1 where that comes to no group at this size (the chart
     refuses a rollout that could never proceed; only the largest size rolls out)."""
-    if scale.max_unavailable(extra[MAX_UNAVAILABLE], groups) < 1:
+    if pod_timeline.max_unavailable(extra[MAX_UNAVAILABLE], groups) < 1:
         return {**extra, MAX_UNAVAILABLE: 1}
     return extra
 
@@ -159,7 +160,7 @@ class Meter:
         return found
 
     def _requests(self) -> dict[str, float]:
-        return scale.requests_by_verb_resource(self.api.request("GET", "/metrics").get("text", ""))
+        return scale_judgement.requests_by_verb_resource(self.api.request("GET", "/metrics").get("text", ""))
 
     @contextlib.contextmanager
     def measure(self, into: dict[str, Any]) -> Iterator[None]:
@@ -191,18 +192,18 @@ class Meter:
                     )
                     into["controller_peak_rss_since"] = "phase" if reset else "samples every second"
             with contextlib.suppress(ApiError, OSError):
-                grown = scale.difference(self._requests(), requests)
+                grown = scale_judgement.difference(self._requests(), requests)
                 into["apiserver_requests"] = {"total": sum(grown.values()), "by_verb_resource": grown}
 
 
 # -- the pods' watch -----------------------------------------------------------------------------
 
 
-def pod_event(t: float, kind: str, pod: dict[str, Any]) -> scale.PodEvent:
+def pod_event(t: float, kind: str, pod: dict[str, Any]) -> pod_timeline.PodEvent:
     meta, status = pod["metadata"], pod.get("status") or {}
     labels = meta.get("labels") or {}
     ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or [])
-    return scale.PodEvent(
+    return pod_timeline.PodEvent(
         t,
         f"{meta['name']}@{meta.get('uid', '')[:8]}",  # a rolled group's pods come back under the same names
         labels.get(f"{LABEL}/group-name", ""),
@@ -231,8 +232,8 @@ class PodWatch:
     def __init__(self, api: Client, namespace: str, clock: Callable[[], float], selector: str = ""):
         self.api, self.namespace, self.clock = api, namespace, clock
         self.selector = selector or f"{LABEL}/name={RELEASE}"
-        self.events: list[scale.PodEvent] = []
-        self.now: dict[str, scale.PodEvent] = {}
+        self.events: list[pod_timeline.PodEvent] = []
+        self.now: dict[str, pod_timeline.PodEvent] = {}
         self.devices: dict[str, int] = {}
         self.ips: dict[str, str] = {}
         self.lock = threading.Lock()
@@ -326,7 +327,7 @@ class PodWatch:
         with contextlib.suppress(OSError, ApiError, KeyError):
             self._list()
 
-    def snapshot(self) -> tuple[list[scale.PodEvent], dict[str, scale.PodEvent]]:
+    def snapshot(self) -> tuple[list[pod_timeline.PodEvent], dict[str, pod_timeline.PodEvent]]:
         with self.lock:
             return list(self.events), dict(self.now)
 
@@ -484,7 +485,7 @@ def bringup(
                 f"the {2 * groups} pods of {groups} serving groups Running and Ready",
             )
         events, _ = watch.snapshot()
-        judged = scale.bring_up(events, 2 * groups, sum(ROLES.values()), since=applied)
+        judged = pod_timeline.bring_up(events, 2 * groups, sum(ROLES.values()), since=applied)
         result.update(judged.as_dict())
         result["cost"] = cost
         result["pod_seconds"] = sorted(round(v, 2) for v in judged.pods.values())
@@ -519,7 +520,7 @@ def roll(
     old_revision = old.pop()
     ms = manifests.one(objects, "ModelServing")
     setting = ms["spec"]["rolloutStrategy"]["rollingUpdateConfiguration"]["maxUnavailable"]
-    most = scale.max_unavailable(setting, groups)
+    most = pod_timeline.max_unavailable(setting, groups)
     changed = render(PRESET, {**values, **ROLLOUT_CHANGE}, namespace)
     if manifests.one(changed, "ModelServing")["spec"]["template"] == ms["spec"]["template"]:
         raise RuntimeError(f"{ROLLOUT_CHANGE} changed nothing in the ModelServing's pod templates")
@@ -540,7 +541,7 @@ def roll(
     later = [e for e in events if e.t >= started]
     revisions = {p.revision for p in now.values()}
     new_revision = next(iter(revisions)) if len(revisions) == 1 else ""
-    judged = scale.rollout(initial, later, ROLES, groups, new_revision, since=started)
+    judged = pod_timeline.rollout(initial, later, ROLES, groups, new_revision, since=started)
     with (OUT_EVENTS[0] / "rollout-events.jsonl").open("w") as out:  # the timeline the judgement read
         for e in [*initial, *later]:
             out.write(json.dumps(dataclasses.asdict(e)) + "\n")
@@ -577,7 +578,7 @@ def autoscale(cluster: Cluster, api: Client, meter: Meter, nodes: int) -> dict[s
         )
     target = float(_find(policy, "roles")["decode"]["metrics"][0]["targetValue"])
     origin = time.monotonic()
-    observed: list[scale.Replicas] = []
+    observed: list[scale_judgement.Replicas] = []
     result: dict[str, Any] = {"ratio_bounds": [low, high], "decode_target": target, "top": AUTOSCALE_TOP}
 
     def clock() -> float:
@@ -591,7 +592,7 @@ def autoscale(cluster: Cluster, api: Client, meter: Meter, nodes: int) -> dict[s
 
             loaded: dict[str, str | None] = {}
 
-            def observe(load: float) -> scale.Replicas:
+            def observe(load: float) -> scale_judgement.Replicas:
                 ms = api.get("workload.serving.volcano.sh/v1alpha1", "ModelServing", RELEASE, namespace)
                 written = {r["name"]: int(r.get("replicas", 1)) for r in ms["spec"]["template"]["roles"]}
                 _, now = watch.snapshot()
@@ -614,7 +615,7 @@ def autoscale(cluster: Cluster, api: Client, meter: Meter, nodes: int) -> dict[s
                     else:
                         table[f"{ip}:{METRICS_PORT}"] = {"vllm:num_requests_waiting": 0.0}
                 cluster.set_pod_metrics(table)
-                seen = scale.Replicas(
+                seen = scale_judgement.Replicas(
                     clock(), written["prefill"], written["decode"], serving["prefill"], serving["decode"]
                 )
                 observed.append(seen)
@@ -638,9 +639,9 @@ def autoscale(cluster: Cluster, api: Client, meter: Meter, nodes: int) -> dict[s
                 result[f"{direction}_s"] = round(clock() - began, 2)
                 print(f"autoscaling {direction} to decode {want}: {result[f'{direction}_s']} s", flush=True)
         result["cost"] = cost
-    found = scale.steps(observed, low, high)
+    found = scale_judgement.steps(observed, low, high)
     result["steps"] = [s.as_dict() for s in found]
-    result["ratio_violations"] = [o.__dict__ for o in scale.ratio_violations(observed, low, high)]
+    result["ratio_violations"] = [o.__dict__ for o in scale_judgement.ratio_violations(observed, low, high)]
     result["observed"] = [[round(o.t, 2), o.prefill, o.decode, o.prefill_serving, o.decode_serving] for o in observed]
     result["teardown_s"] = delete_release(api, objects, namespace, max(o.prefill + o.decode for o in observed))
     return result
@@ -701,7 +702,7 @@ def short_of_capacity(
             pods = [
                 {"group": p.group, "bound": bool(p.node), "devices": watch.devices.get(n, 0)} for n, p in now.items()
             ]
-            placed = scale.placement(pods, sum(ROLES.values()))
+            placed = scale_judgement.placement(pods, sum(ROLES.values()))
             result.update(placed.as_dict())
             result["idle_nodes"] = max(0, min(schedulable, 2 * groups) - placed.bound_pods)
             # What gang scheduling (all of a group or none) would have placed: whole groups only.
@@ -874,7 +875,7 @@ def main(argv: list[str] | None = None) -> int:
     if missing or not paths.helm_binary().exists():
         print(f"not built: {', '.join(missing) or 'helm'} (make cluster-tools helm)", file=sys.stderr)
         return 2
-    limits = scale.read_bounds(DOC)
+    limits = scale_judgement.read_bounds(DOC)
     teardown.install()
     out: Path = args.out
     OUT_EVENTS[0] = out
@@ -911,7 +912,7 @@ def main(argv: list[str] | None = None) -> int:
         done = [s for s in report["bringup"] if s.get("all_running_s")]
         if len(done) >= 2:
             xs, ys = [s["serving_groups"] for s in done], [s["all_running_s"] for s in done]
-            report["fit"] = {**scale.fit(xs, ys).as_dict(), "local_exponent": round(scale.local_exponent(xs, ys), 3)}
+            report["fit"] = {**growth.fit(xs, ys).as_dict(), "local_exponent": round(growth.local_exponent(xs, ys), 3)}
         if "autoscale" not in args.skip:
             report["autoscale"] = autoscale(cluster, api, meter, sizes[-1])
             write(report, out)
@@ -930,7 +931,7 @@ def main(argv: list[str] | None = None) -> int:
         with contextlib.suppress(OSError):
             shutil.copytree(folder / "logs", out / "logs", dirs_exist_ok=True)
     report["figures"] = figures(report)
-    problems = scale.broken(report["figures"], limits, args.quick)
+    problems = scale_judgement.broken(report["figures"], limits, args.quick)
     report["broken"] = problems
     try:
         report["plots"] = plots(report, out)

@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from mooncake_pd.autoscale.model import AutoscaleError, Policy
+from mooncake_pd.autoscale.policy import AutoscaleError, Policy
 
 # The column suffix of a role's not-ready pod count (`<role>/@unready`).
 UNREADY = "@unready"

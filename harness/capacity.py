@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from mooncake_pd import scale
+from harness import growth
 
 # Where a component saturates: its added P99 TTFT passes this (issue 41).
 SATURATION_MS = 10.0
@@ -39,7 +39,7 @@ def percentile(values: Sequence[float], q: float) -> float:
     """The q-th percentile (0-100) of `values` as scale.percentile computes it (linear between the
     closest ranks, numpy's default); nan for no values, so that a step without answers is a figure
     no bound holds for rather than an error."""
-    return scale.percentile(values, q) if values else math.nan
+    return growth.percentile(values, q) if values else math.nan
 
 
 @dataclass(frozen=True)

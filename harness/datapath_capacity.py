@@ -56,14 +56,15 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(REPO / "tests"), str(REPO / "scripts")]
+sys.path[:0] = [str(REPO), str(REPO / "tests"), str(REPO / "scripts")]
 
-from mooncake_pd import capacity, helm, manifests, paths  # noqa: E402
+from harness import capacity  # noqa: E402
+from harness.procstat import cpu_seconds, status_kib  # noqa: E402
+from mooncake_pd import helm, manifests, paths  # noqa: E402
 from support.localpods import E2E_VENV, Network, Processes, prepare, traversable_by_others  # noqa: E402
-from support.procstat import cpu_seconds, status_kib  # noqa: E402
 from support.proxyargs import parse_proxy_args  # noqa: E402
 
-STREAMLOAD = REPO / "tests" / "support" / "streamload.py"
+STREAMLOAD = REPO / "harness" / "streamload.py"
 OUT = REPO / "out" / "scale"
 DOC = REPO / "docs" / "scale-datapath.md"
 CONCURRENCY = (1, 10, 100, 1000)

@@ -48,9 +48,9 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(REPO / "tests"), str(REPO / "scripts")]
+sys.path[:0] = [str(REPO), str(REPO / "tests"), str(REPO / "scripts")]
 
-from mooncake_pd import drill  # noqa: E402
+from harness import drill_judgement  # noqa: E402
 from support.localpods import AUTH, ENGINE_NICE, wait_ready  # noqa: E402
 from support.pdcheck import (  # noqa: E402
     MAX_TOKENS,
@@ -143,7 +143,7 @@ class Load:
 
     def __init__(self, clock: Callable[[], float], target: tuple[str, int] = PROXY):
         self.clock, self.target = clock, target
-        self.requests: list[drill.Request] = []
+        self.requests: list[drill_judgement.Request] = []
         self.stop = threading.Event()
         self.lock = threading.Lock()
         self.threads = [threading.Thread(target=self._client, args=(i,), daemon=True) for i in range(CLIENTS)]
@@ -158,7 +158,7 @@ class Load:
             start = self.clock()
             text, complete, error = stream(prompt, self.target)
             with self.lock:
-                self.requests.append(drill.Request(start, self.clock(), prompt, text, complete, error))
+                self.requests.append(drill_judgement.Request(start, self.clock(), prompt, text, complete, error))
             # A refused request answers at once: one try a second per client; else the pace.
             self.stop.wait(max(0.0, (PACE_S if complete else 1.0) - (time.monotonic() - sent)))
 
@@ -174,7 +174,7 @@ class Load:
 
     def recovered_since(self, fault_at: float, reference: list[str]) -> bool:
         with self.lock:
-            return any(r.start >= fault_at and drill.classify(r, reference) == "ok" for r in self.requests)
+            return any(r.start >= fault_at and drill_judgement.classify(r, reference) == "ok" for r in self.requests)
 
 
 class Liveness:
@@ -321,7 +321,7 @@ def drive(
     reference: list[str],
     target: tuple[str, int],
     loads: list[Load] | None = None,
-) -> drill.Summary:
+) -> drill_judgement.Summary:
     """One drill: WARM_S of load, the fault (`act`), then the load until a request sent after the
     fault (or after the fault has settled, where `act` returns a predicate saying so: a rollout)
     is answered right, at most MAX_OUTAGE_S (a rollout: ROLLOUT_MAX_S), then AFTER_RECOVERY_S."""
@@ -340,7 +340,7 @@ def drive(
         while clock() < deadline and not load.recovered_since(since, reference):
             time.sleep(0.5)
         time.sleep(AFTER_RECOVERY_S)
-    return drill.summarize(name, load.requests, reference, fault_at, None if settled is None else since)
+    return drill_judgement.summarize(name, load.requests, reference, fault_at, None if settled is None else since)
 
 
 def run_kthena_drills(run, only: set[str] | None, reference: list[str] | None) -> dict[str, Any]:
@@ -363,7 +363,7 @@ def run_kthena_drills(run, only: set[str] | None, reference: list[str] | None) -
         run.processes.stop(plain)
     cluster = Cluster(run.base / "cluster")
     cluster.up()
-    summaries: list[drill.Summary] = []
+    summaries: list[drill_judgement.Summary] = []
     events: list[Any] = []
     origin = time.monotonic()
 
@@ -400,7 +400,7 @@ def unique(items: Any) -> list[Any]:
     return out
 
 
-def kthena_drills(run, cluster, setup, values, names, reference, clock, events) -> list[drill.Summary]:
+def kthena_drills(run, cluster, setup, values, names, reference, clock, events) -> list[drill_judgement.Summary]:
     """`names` on one deployment of `setup` (rendered with `values`)."""
     from support.kthenarun import (
         PORT,
@@ -512,7 +512,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", action="append", help="run this drill only (repeatable)")
     args = parser.parse_args(argv)
     result: dict[str, Any] = {}
-    limits = drill.thresholds(DOC)
+    limits = drill_judgement.thresholds(DOC)
 
     def summary(run) -> dict[str, Any]:
         return {
@@ -539,7 +539,7 @@ def main(argv: list[str] | None = None) -> int:
         kthena = run_kthena_drills(run, only, result["reference"])
         result["summaries"] = result["summaries"] + kthena["summaries"]
         result["kubelet"] = kthena["kubelet"]
-    problems = [p for s in result["summaries"] for p in drill.worse_than_documented(s, limits.get(s.drill))]
+    problems = [p for s in result["summaries"] for p in drill_judgement.worse_than_documented(s, limits.get(s.drill))]
     for problem in problems:
         print(f"worse than documented: {problem}")
     print(f"wrote {OUT / 'summary.json'}")

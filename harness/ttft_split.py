@@ -30,9 +30,9 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(REPO / "tests"), str(REPO / "scripts")]
+sys.path[:0] = [str(REPO), str(REPO / "tests"), str(REPO / "scripts")]
 
-from mooncake_pd import latency  # noqa: E402
+from harness import latency  # noqa: E402
 from support.localpods import AUTH, ENGINE_NICE, get_text, post_json, wait_ready  # noqa: E402
 from support.pdcheck import (  # noqa: E402
     PREFILL_ASK,
