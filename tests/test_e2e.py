@@ -41,7 +41,7 @@ from typing import Any
 
 import pytest
 
-from mooncake_pd import bench, manifests, paths, profiles, verify
+from mooncake_pd import bench, manifests, paths, profiles, release_io, verify
 from support.localpods import (
     API_KEY,
     AUTH,
@@ -255,7 +255,7 @@ def _pd_phases(result, run, objects, roles, network, engine_procs, pods, proxy_u
     core = LocalCore(pods, logs)
     modelserving = manifests.one(objects, "ModelServing")
     # vLLM logs its throughput every 10 s: verify waits for the line (log_wait).
-    snapshot = verify.collect(
+    snapshot = release_io.collect(
         core,
         LocalCustom(modelserving),
         "deepseek-pd",

@@ -29,7 +29,7 @@ from typing import Any
 
 import pytest
 
-from mooncake_pd import chartfiles, manifests, paths, verify
+from mooncake_pd import chartfiles, manifests, paths, release_io, verify
 from support.kthenarun import VALUES as KTHENA_VALUES
 from support.kthenarun import (
     KthenaDeployment,
@@ -200,12 +200,17 @@ def _run(result: MooncakeRun, run: LocalRun, references: References) -> None:
 
 
 def _verify(
-    setup: PdSetup, pods: list[dict[str, Any]], logs: dict, url: str, canary_io: verify.CanaryIO, log_wait: float = 40
+    setup: PdSetup,
+    pods: list[dict[str, Any]],
+    logs: dict,
+    url: str,
+    canary_io: release_io.CanaryIO,
+    log_wait: float = 40,
 ) -> verify.Report:
     """verify's own collection and judgement of the local release (tests/test_e2e.py does the same
     for NIXL). vLLM logs its throughput every 10 s: verify waits `log_wait` s for the line; the
     negative controls fail on the canary and need not wait."""
-    snapshot = verify.collect(
+    snapshot = release_io.collect(
         LocalCore(pods, logs),
         LocalCustom(manifests.one(setup.objects, "ModelServing")),
         paths.RELEASE,
@@ -222,7 +227,7 @@ def _verify(
     return verify.assess(snapshot)
 
 
-def _two_ids(io: verify.CanaryIO) -> verify.CanaryIO:
+def _two_ids(io: release_io.CanaryIO) -> release_io.CanaryIO:
     """The canary's HTTP with decode's request under an id of its own: what a client that does
     not send one X-Request-Id to both halves does."""
     post, get = io

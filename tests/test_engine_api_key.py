@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from conftest import Rendered, Renderer
-from mooncake_pd import chartfiles, validate, verify
+from mooncake_pd import chartfiles, release_io, validate
 
 SECRET = {"name": "llm-api-key", "key": "token"}
 EVERYTHING = {
@@ -104,4 +104,4 @@ def test_the_chat_check_and_the_canary_send_the_key_as_a_bearer_token():
     canary.with_api_key(post, "sk-1")("http://prefill:7100/v1/completions", {}, 1.0, {"X-Request-Id": "r"})
     canary.with_api_key(post, "")("http://prefill:7100/v1/completions", {}, 1.0, {"X-Request-Id": "r"})
     assert sent == [{"X-Request-Id": "r", "Authorization": "Bearer sk-1"}, {"X-Request-Id": "r"}]
-    assert verify.auth_headers("sk-1") == {"Authorization": "Bearer sk-1"} and verify.auth_headers("") == {}
+    assert release_io.auth_headers("sk-1") == {"Authorization": "Bearer sk-1"} and release_io.auth_headers("") == {}

@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from conftest import Rendered, Renderer, assert_valid
-from mooncake_pd import engines, generate, paths, profiles, summary, vllmflags
+from mooncake_pd import engines, generate, paths, profiles, summary, topology, vllmflags
 from mooncake_pd import model as modelmod
 
 VERSIONS = list(profiles.load()["engines"])
@@ -497,9 +497,9 @@ def test_the_proxy_command_is_one_the_versions_proxy_parses(render: Renderer, ve
 def test_generate_writes_a_version_and_drops_what_it_refuses(tmp_path: Path):
     model = modelmod.load(paths.REPO / "tests" / "fixtures" / "models" / "DeepSeek-R1-Distill-Qwen-1.5B")
     assert not model.is_moe and modelmod.load(paths.REPO / "tests" / "fixtures" / "models" / "DeepSeek-R1").is_moe
-    topology = {"prefill": generate.RoleTopology(2, 2), "decode": generate.RoleTopology(2, 2)}
+    roles = {"prefill": topology.RoleTopology(2, 2), "decode": topology.RoleTopology(2, 2)}
     common = dict(
-        accelerator="ascend-a3", roles=topology, served_name="m", model_path="/models/m", max_model_len=4096, image=None
+        accelerator="ascend-a3", roles=roles, served_name="m", model_path="/models/m", max_model_len=4096, image=None
     )
     newer = generate.generate(model, engine_version="v0.23.0", **common).values
     assert newer["engine"]["version"] == "v0.23.0"
@@ -509,7 +509,7 @@ def test_generate_writes_a_version_and_drops_what_it_refuses(tmp_path: Path):
     older = generate.generate(model, **common).values
     assert "version" not in older.get("engine", {})
     with pytest.raises(
-        generate.GenerateError,
+        topology.GenerateError,
         match=re.escape("--engine-version v0.33.0: engine.version: 'v0.33.0' is not an engine version ascend-a3 runs"),
     ):
         generate.generate(model, engine_version="v0.33.0", **common)

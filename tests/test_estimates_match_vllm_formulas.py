@@ -35,6 +35,7 @@ from pathlib import Path
 
 import pytest
 
+from mooncake_pd import device_fit, kv_cache
 from mooncake_pd import model as modelmod
 from test_todays_models_are_sized_or_refused import ARCHITECTURES, GEMMA3_27B, kimi_k2_thinking_int4
 
@@ -76,7 +77,7 @@ def mla_kv(layers: int, kv_lora_rank: int, rope: int, dtype: int = 2) -> int:
     ],
 )
 def test_gqa_kv_bytes_per_token(name: str, tp: int, hand: int):
-    estimate = modelmod.kv_bytes_per_token(modelmod.load(ARCHITECTURES / name), tp)
+    estimate = kv_cache.kv_bytes_per_token(modelmod.load(ARCHITECTURES / name), tp)
     assert estimate == pytest.approx(hand, rel=WITHIN)
 
 
@@ -85,8 +86,8 @@ def test_gemma3_sliding_layers_keep_every_token_without_the_hybrid_manager(tmp_p
     (every 6th of 62 is global) become full attention (vllm v0.13.0 vllm/v1/core/kv_cache_utils.py
     unify_hybrid_kv_cache_specs); with it they keep 1,024 tokens (SlidingWindowSpec)."""
     gemma = modelmod.load(write(tmp_path, "gemma-3-27b-it", GEMMA3_27B))
-    assert modelmod.kv_bytes_per_token(gemma, 2) == pytest.approx(gqa_kv(62, 16, 128, 2), rel=WITHIN)
-    layout = modelmod.kv_layout(gemma, 2, hybrid=True)
+    assert kv_cache.kv_bytes_per_token(gemma, 2) == pytest.approx(gqa_kv(62, 16, 128, 2), rel=WITHIN)
+    layout = kv_cache.kv_layout(gemma, 2, hybrid=True)
     global_layers = sum(1 for i in range(62) if (i + 1) % 6 == 0)
     assert global_layers == 10
     assert layout.per_token == pytest.approx(gqa_kv(global_layers, 16, 128, 2), rel=WITHIN)
@@ -96,7 +97,7 @@ def test_gemma3_sliding_layers_keep_every_token_without_the_hybrid_manager(tmp_p
 def test_mla_kv_bytes_per_token_is_not_split_over_tp():
     kimi = modelmod.load(ARCHITECTURES / "kimi-k2-instruct")
     for tp in (1, 8, 16):
-        assert modelmod.kv_bytes_per_token(kimi, tp) == pytest.approx(mla_kv(61, 512, 64), rel=WITHIN)
+        assert kv_cache.kv_bytes_per_token(kimi, tp) == pytest.approx(mla_kv(61, 512, 64), rel=WITHIN)
 
 
 @pytest.mark.parametrize(
@@ -115,7 +116,7 @@ def test_mla_kv_bytes_per_token_is_not_split_over_tp():
 def test_deepseek_v32_indexer_cache_beside_mla(engine, per_layer: int):
     v32 = modelmod.load(ARCHITECTURES / "deepseek-v3.2")
     for tp in (1, 8):
-        assert modelmod.kv_bytes_per_token(v32, tp, engine=engine) == pytest.approx(61 * per_layer, rel=WITHIN)
+        assert kv_cache.kv_bytes_per_token(v32, tp, engine=engine) == pytest.approx(61 * per_layer, rel=WITHIN)
     # Without the indexer (DeepSeek-V3's MLA alone) the estimate would be this much lower.
     assert 61 * per_layer > mla_kv(61, 512, 64)
 
@@ -210,10 +211,12 @@ def test_bf16_weights(name: str):
     hand = hand_parameters(name, config)
     assert hand == pytest.approx(PUBLISHED[name], rel=WITHIN)
     loaded = modelmod.load(ARCHITECTURES / name)
-    rest, experts = modelmod.parameters(loaded)
+    rest, experts = device_fit.parameters(loaded)
     assert rest + experts == pytest.approx(hand, rel=WITHIN)
     if loaded.quantization is None:
-        assert modelmod.device_weight_bytes(loaded, 1, 1, expert_parallel=False) == pytest.approx(2 * hand, rel=WITHIN)
+        assert device_fit.device_weight_bytes(loaded, 1, 1, expert_parallel=False) == pytest.approx(
+            2 * hand, rel=WITHIN
+        )
 
 
 def test_gemma3_weights_count_the_vision_tower(tmp_path):
@@ -226,8 +229,8 @@ def test_gemma3_weights_count_the_vision_tower(tmp_path):
     hand = text + vision + vh * h
     assert hand == pytest.approx(27.4e9, rel=WITHIN)
     gemma = modelmod.load(write(tmp_path, "gemma-3-27b-it", GEMMA3_27B))
-    assert modelmod.device_weight_bytes(gemma, 1, 1, expert_parallel=False) == pytest.approx(2 * hand, rel=WITHIN)
-    assert modelmod.parameter_groups(gemma)["vision"] == pytest.approx(vision + vh * h, rel=WITHIN)
+    assert device_fit.device_weight_bytes(gemma, 1, 1, expert_parallel=False) == pytest.approx(2 * hand, rel=WITHIN)
+    assert device_fit.parameter_groups(gemma)["vision"] == pytest.approx(vision + vh * h, rel=WITHIN)
 
 
 def test_kimi_k2_thinking_int4_weights(tmp_path):
@@ -240,12 +243,12 @@ def test_kimi_k2_thinking_int4_weights(tmp_path):
     hand = groups["routed"] * (4 / 8 + 2 / 32) + (sum(groups.values()) - groups["routed"]) * 2
     kimi = modelmod.load(write(tmp_path, "kimi-k2-thinking", text))
     assert kimi.unknown_quantization is None
-    assert modelmod.device_weight_bytes(kimi, 1, 1, expert_parallel=False) == pytest.approx(hand, rel=WITHIN)
+    assert device_fit.device_weight_bytes(kimi, 1, 1, expert_parallel=False) == pytest.approx(hand, rel=WITHIN)
     assert hand == pytest.approx(594e9, rel=WITHIN)
     # At BF16, as the estimate counted it before (a warning only), it would be 3.5 times as much.
     assert sum(groups.values()) * 2 / hand > 3.4
     # Over TP 8 x DP 2 with expert parallelism: the experts over 16 devices, the rest over 8.
-    ep = modelmod.device_weight_bytes(kimi, 8, 2, expert_parallel=True)
+    ep = device_fit.device_weight_bytes(kimi, 8, 2, expert_parallel=True)
     rest = hand - groups["routed"] * (4 / 8 + 2 / 32)
     assert ep == pytest.approx(rest / 8 + groups["routed"] * (4 / 8 + 2 / 32) / 16, rel=WITHIN)
 
@@ -260,7 +263,7 @@ def test_deepseek_v32_fp8_block_weights():
     unquantized = groups["embed"] + groups["lm_head"]
     hand = (sum(groups.values()) - unquantized) * (1 + 4 / 128**2) + unquantized * 2
     v32 = modelmod.load(ARCHITECTURES / "deepseek-v3.2")
-    assert modelmod.device_weight_bytes(v32, 1, 1, expert_parallel=False) == pytest.approx(hand, rel=WITHIN)
+    assert device_fit.device_weight_bytes(v32, 1, 1, expert_parallel=False) == pytest.approx(hand, rel=WITHIN)
 
 
 def test_minimax_m25_fp8_block_weights():
@@ -269,7 +272,7 @@ def test_minimax_m25_fp8_block_weights():
     unquantized = 2 * c["vocab_size"] * c["hidden_size"]
     hand = (params - unquantized) * (1 + 4 / 128**2) + unquantized * 2
     loaded = modelmod.load(ARCHITECTURES / "minimax-m2.5")
-    assert modelmod.device_weight_bytes(loaded, 1, 1, expert_parallel=False) == pytest.approx(hand, rel=WITHIN)
+    assert device_fit.device_weight_bytes(loaded, 1, 1, expert_parallel=False) == pytest.approx(hand, rel=WITHIN)
 
 
 def qwen3_w8a8_description(layers: int) -> dict[str, str]:
@@ -310,7 +313,7 @@ def test_modelslim_w8a8_weights(tmp_path):
     sizes = w8a8.weight_sizes
     assert sizes is not None and (sizes.bytes("attention"), sizes.bytes("denseMlp")) == (1.0, 1.0)
     assert (sizes.bytes("embeddings"), sizes.bytes("lmHead")) == (2, 2)
-    assert modelmod.device_weight_bytes(w8a8, 1, 1, expert_parallel=False) == pytest.approx(hand, rel=WITHIN)
+    assert device_fit.device_weight_bytes(w8a8, 1, 1, expert_parallel=False) == pytest.approx(hand, rel=WITHIN)
     # Half the BF16 checkpoint's, but not quite: the embeddings stay bf16.
     assert 0.5 < hand / (2 * params) < 0.53
 
@@ -326,7 +329,7 @@ def test_modelslim_w4a8_version_decides_the_packing(tmp_path):
         }
         description["version"] = version
         folder = write(tmp_path, f"w4a8-{version}", c, description)
-        sizes[version] = modelmod.device_weight_bytes(modelmod.load(folder), 1, 1, expert_parallel=False)
+        sizes[version] = device_fit.device_weight_bytes(modelmod.load(folder), 1, 1, expert_parallel=False)
     params = hand_parameters("qwen3-32b", c)
     unquantized = 2 * c["vocab_size"] * c["hidden_size"]
     assert sizes["1.0.0"] == pytest.approx((params - unquantized) * 0.5 + unquantized * 2, rel=WITHIN)

@@ -13,8 +13,18 @@ import pytest
 import yaml
 
 from conftest import Renderer, assert_valid
-from mooncake_pd import chartfiles, header, model, paths
-from mooncake_pd import generate as gen
+from mooncake_pd import (
+    chartfiles,
+    device_fit,
+    engine_quantization,
+    header,
+    kv_cache,
+    model,
+    paths,
+    sizing,
+    topology,
+    values_file,
+)
 from mooncake_pd.header import command_lines
 from mooncake_pd.values_file import MODELINE, dump_new, schema_ref
 
@@ -50,7 +60,7 @@ def cli(*args: str | Path) -> subprocess.CompletedProcess:
     ],
 )
 def test_kv_bytes_per_token(name: str, tensor: int, expected: int):
-    assert model.kv_bytes_per_token(model.load(MODELS / name), tensor) == expected
+    assert kv_cache.kv_bytes_per_token(model.load(MODELS / name), tensor) == expected
 
 
 @pytest.mark.parametrize(
@@ -65,7 +75,7 @@ def test_kv_bytes_per_token(name: str, tensor: int, expected: int):
     ],
 )
 def test_parameter_count_matches_published_size(name: str, billions: float):
-    rest, experts = model.parameters(model.load(MODELS / name))
+    rest, experts = device_fit.parameters(model.load(MODELS / name))
     assert (rest + experts) / 1e9 == pytest.approx(billions, rel=0.01)
 
 
@@ -107,7 +117,7 @@ def test_generate_for_the_seed_model_equals_chart_defaults(render: Renderer):
     values, _ = generated(
         "--model-dir", MODELS / "DeepSeek-R1-Distill-Qwen-1.5B", "--served-name", "ds_r1", "--interface", "enp23s0f3"
     )
-    defaults = gen.chart_defaults()
+    defaults = values_file.chart_defaults()
     # But one key: the guide's trust-remote-code, which its model (no auto_map) does not need.
     assert values.pop("engine") == {"args": {"trust-remote-code": None}}
     for key, value in leaves(values):
@@ -169,7 +179,7 @@ FP8 = {"quant_method": "fp8", "activation_scheme": "dynamic", "fmt": "e4m3", "we
 
 def test_every_family_says_what_quantization_its_engine_loads():
     """Each accelerator family generate writes for has a row in model.ENGINE_QUANTIZATION."""
-    assert {a.family for a in gen.ACCELERATORS.values()} <= set(model.ENGINE_QUANTIZATION)
+    assert {a.family for a in topology.ACCELERATORS.values()} <= set(engine_quantization.ENGINE_QUANTIZATION)
 
 
 def weights_column(err: str, role: str) -> float:
@@ -191,7 +201,7 @@ def test_fp8_checkpoint_on_nvidia_is_one_byte_per_weight_without_warning(tmp_pat
     _, err = generated("--model-dir", fp8, *options, "--decode-dp", "1")
     _, bf16_err = generated("--model-dir", MODELS / "Qwen3-8B", *options, "--decode-dp", "1")
     assert "WARNING" not in err and "vLLM-Ascend" not in err, err
-    expected = model.device_weight_bytes(model.load(fp8), 2, 1, expert_parallel=False) / model.GIB
+    expected = device_fit.device_weight_bytes(model.load(fp8), 2, 1, expert_parallel=False) / model.GIB
     assert weights_column(err, "decode") == pytest.approx(expected, abs=0.05)
     # About half the BF16 checkpoint's: Qwen3-8B's untied embeddings and lm_head (1.2B of 8.2B
     # parameters) stay BF16.
@@ -251,7 +261,7 @@ def test_generated_limits_respect_the_estimate():
     """Sized for sequences of max-model-len tokens (as before --expected-context-len existed), decode
     gets what fits; at the default 4096-token sequences it gets the chart's 40."""
     qwen3 = model.load(MODELS / "Qwen3-8B")
-    fit = model.fit(
+    fit = device_fit.fit(
         qwen3,
         role="decode",
         tensor=2,
@@ -550,8 +560,8 @@ def test_generate_help_explains_every_option_and_the_formula():
 def test_only_the_cpu_profile_is_written_by_hand():
     """A hand-written file is a cpu one and says why; the tool refuses cpu with the same reason."""
     assert [p.stem for p in HAND_WRITTEN] == ["qwen2.5-0.5b-instruct-cpu-1p1d"]
-    for values_file in HAND_WRITTEN:
-        assert yaml.safe_load(values_file.read_text())["accelerator"]["type"] in gen.HAND_WRITTEN
+    for path in HAND_WRITTEN:
+        assert yaml.safe_load(path.read_text())["accelerator"]["type"] in topology.HAND_WRITTEN
     proc = cli("update", HAND_WRITTEN[0], "--model-dir", "tests/fixtures/models/Qwen3-8B", "--check")
     assert proc.returncode == 2
     assert "accelerator.type 'cpu'" in proc.stderr and "kvCacheSpaceGiB" in proc.stderr
@@ -561,8 +571,8 @@ def test_accelerator_profiles_agree_with_the_chart(render: Renderer):
     schema_enum = yaml.safe_load((paths.CHART / "values.schema.json").read_text())["properties"]["accelerator"][
         "properties"
     ]["type"]["enum"]
-    assert sorted([*gen.ACCELERATORS, *gen.HAND_WRITTEN]) == sorted(schema_enum)
-    for name, profile in gen.ACCELERATORS.items():
+    assert sorted([*topology.ACCELERATORS, *topology.HAND_WRITTEN]) == sorted(schema_enum)
+    for name, profile in topology.ACCELERATORS.items():
         tensor = profile.devices_per_node // 4
         message = render.error(
             overrides={
@@ -652,9 +662,9 @@ def test_nixl_on_vllm_0_13_needs_decode_tp_a_multiple_of_prefill_tp_and_later_ve
     assert ok.returncode == 0, ok.stderr
     assert render((later,)).one("ModelServing")
     # 32 heads allow no TP pair that fails "divisible"; the rule itself, as the chart words it:
-    rule = dataclasses.replace(gen.ACCELERATORS["nvidia"], tensor_rule="divisible")
-    with pytest.raises(gen.GenerateError, match="do not divide one another"):
-        gen.check_tensor_rule(model.load(MODELS / "Qwen3-8B"), rule, 4, 6)
+    rule = dataclasses.replace(topology.ACCELERATORS["nvidia"], tensor_rule="divisible")
+    with pytest.raises(topology.GenerateError, match="do not divide one another"):
+        topology.check_tensor_rule(model.load(MODELS / "Qwen3-8B"), rule, 4, 6)
 
 
 def test_generate_writes_interface_auto_unless_told(tmp_path: Path):
@@ -749,7 +759,7 @@ def test_every_note_generate_writes_is_one_update_rewrites(tmp_path: Path):
         # Hints are printed, not written into the header: nothing for update to find there.
         notes += [line for line in proc.stderr.splitlines()[3:] if not line.startswith("hint: ")]
     assert len(notes) >= 7
-    assert all(gen.is_note(note) for note in notes), notes
+    assert all(sizing.is_note(note) for note in notes), notes
 
 
 # Issue #40 item 9: hints generate prints, not written into the file.
@@ -806,7 +816,9 @@ def test_a_moe_model_gets_a_hint_about_expert_parallelism(tmp_path: Path):
     )
     moe = model.load(folder)
     for role, tensor, data in (("prefill", 2, 4), ("decode", 2, 1)):
-        before, after = (model.device_weight_bytes(moe, tensor, data, expert_parallel=ep) / model.GIB for ep in (0, 1))
+        before, after = (
+            device_fit.device_weight_bytes(moe, tensor, data, expert_parallel=ep) / model.GIB for ep in (0, 1)
+        )
         assert f"{role} TP {tensor} x DP {data}: {before:.1f} -> {after:.1f} GiB" in hint
     assert after == before, "with DP 1 the experts are split over the same devices either way"
     proc = cli("generate", "--model-dir", folder, "--enable-expert-parallel")
@@ -864,7 +876,7 @@ LAYOUTS = [
 
 @pytest.mark.parametrize(("name", "tensor", "hybrid", "expected"), LAYOUTS)
 def test_kv_cache_per_layer_kind_as_vllm_allocates_it(name: str, tensor: int, hybrid: bool, expected: tuple):
-    layout = model.kv_layout(model.load(ARCHITECTURES / name), tensor, hybrid=hybrid)
+    layout = kv_cache.kv_layout(model.load(ARCHITECTURES / name), tensor, hybrid=hybrid)
     assert (layout.per_token, layout.windowed, layout.per_sequence) == expected
 
 
@@ -881,7 +893,7 @@ def test_kv_cache_per_layer_kind_as_vllm_allocates_it(name: str, tensor: int, hy
     ],
 )
 def test_parameter_count_of_current_architectures(name: str, billions: float):
-    rest, experts = model.parameters(model.load(ARCHITECTURES / name))
+    rest, experts = device_fit.parameters(model.load(ARCHITECTURES / name))
     assert (rest + experts) / 1e9 == pytest.approx(billions, rel=0.02)
 
 
@@ -890,22 +902,22 @@ def test_gpt_oss_mxfp4_experts_are_sized_at_4_25_bits():
     scale per 32: 4.25 bits, 0.53125 B), the rest bf16: 1.80B x 2 + 19.11B x 0.53125 = 13.75e9 B,
     12.8 GiB, the size of the published checkpoint (13.8 GB)."""
     oss = model.load(ARCHITECTURES / "gpt-oss-20b")
-    rest, experts = model.parameters(oss)
-    assert model.device_weight_bytes(oss, 1, 1, expert_parallel=False) == rest * 2 + experts * 0.53125
-    assert model.device_weight_bytes(oss, 1, 1, expert_parallel=False) / model.GIB == pytest.approx(12.8, abs=0.05)
+    rest, experts = device_fit.parameters(oss)
+    assert device_fit.device_weight_bytes(oss, 1, 1, expert_parallel=False) == rest * 2 + experts * 0.53125
+    assert device_fit.device_weight_bytes(oss, 1, 1, expert_parallel=False) / model.GIB == pytest.approx(12.8, abs=0.05)
 
 
 def test_sequences_count_their_windows_and_states():
     """A sequence of 4,096 tokens of gpt-oss-20b at TP 8 under the hybrid manager: 3,072 x 4,096
     + 3,072 x 128 = 12,976,128 B; the longest sequence in 1 GiB: (1,073,741,824 - 393,216) /
     3,072 = 349,397 tokens. Qwen3-Next at TP 8: 12,288 x 4,096 + 4,939,776 = 55,271,424 B."""
-    layout = model.kv_layout(model.load(ARCHITECTURES / "gpt-oss-20b"), 8, hybrid=True)
+    layout = kv_cache.kv_layout(model.load(ARCHITECTURES / "gpt-oss-20b"), 8, hybrid=True)
     assert layout.bytes_for(4096) == 12_976_128
     assert layout.bytes_for(100) == 3_072 * 100 * 2
     assert layout.tokens_in(model.GIB) == (model.GIB - 393_216) // 3_072 == 349_397
-    nxt = model.kv_layout(model.load(ARCHITECTURES / "qwen3-next-80b-a3b"), 8, hybrid=True)
+    nxt = kv_cache.kv_layout(model.load(ARCHITECTURES / "qwen3-next-80b-a3b"), 8, hybrid=True)
     assert nxt.bytes_for(4096) == 55_271_424
-    fit = model.fit(
+    fit = device_fit.fit(
         model.load(ARCHITECTURES / "qwen3-next-80b-a3b"),
         role="decode",
         tensor=8,
@@ -931,8 +943,8 @@ def test_every_profile_family_and_engine_version_has_a_support_row():
     for name in architectures.names():
         spec = architectures.get(name)
         assert spec is not None
-        for accelerator in gen.ACCELERATORS:
-            family = gen.ACCELERATORS[accelerator].family
+        for accelerator in topology.ACCELERATORS:
+            family = topology.ACCELERATORS[accelerator].family
             missing = [v for v in profiles.versions_for(accelerator) if spec.support(family, v) is None]
             assert missing == [], (name, accelerator, missing)
     page = docs.PROFILES_PAGE.read_text()

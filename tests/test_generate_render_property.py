@@ -31,8 +31,7 @@ from hypothesis import strategies as st
 
 import test_estimates_match_vllm_formulas as formulas
 import test_todays_models_are_sized_or_refused as today
-from mooncake_pd import chartfiles, cli, profiles
-from mooncake_pd import generate as gen
+from mooncake_pd import chartfiles, cli, profiles, topology
 from mooncake_pd import model as modelmod
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -65,7 +64,7 @@ CORPUS = sorted(
     + [p for p in (FIXTURES / "architectures").iterdir() if (p / "config.json").is_file()]
     + list(WRITTEN.values())
 )
-ACCELERATORS = sorted(gen.ACCELERATORS)
+ACCELERATORS = sorted(topology.ACCELERATORS)
 # Valid draws are rendered; refused ones cost a generate only (about 0.1 s).
 MAX_EXAMPLES = 20
 
@@ -120,7 +119,7 @@ def cases(draw: st.DrawFn) -> tuple[Path, list[str]]:
     model_dir = draw(st.sampled_from(CORPUS))
     accelerator = draw(st.sampled_from(ACCELERATORS))
     version = draw(st.sampled_from(profiles.versions_for(accelerator)))
-    per_node = gen.ACCELERATORS[accelerator].devices_per_node
+    per_node = topology.ACCELERATORS[accelerator].devices_per_node
     options = ["--accelerator", accelerator]
     if draw(st.booleans()):
         # The engine version through its image (the profile's own repository and tag).
@@ -128,7 +127,7 @@ def cases(draw: st.DrawFn) -> tuple[Path, list[str]]:
     else:
         options += ["--engine-version", version]
     tps = _valid_tp(model_dir, per_node)
-    for role in gen.ROLES:
+    for role in topology.ROLES:
         tp = draw(st.sampled_from(tps))
         nodes = draw(st.sampled_from([1, 1, 2]))
         local = draw(st.integers(1, max(1, per_node // tp)))
@@ -142,7 +141,7 @@ def cases(draw: st.DrawFn) -> tuple[Path, list[str]]:
         if draw(st.booleans()):
             options += ["--expected-context-len", str(length // 2)]
     if accelerator == "nvidia":
-        options += ["--gpu", draw(st.sampled_from(sorted(gen.ACCELERATORS["nvidia"].variants)))]
+        options += ["--gpu", draw(st.sampled_from(sorted(topology.ACCELERATORS["nvidia"].variants)))]
     return model_dir, options
 
 

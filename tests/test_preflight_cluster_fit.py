@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 import yaml
 
-from mooncake_pd import clusterfit, clusterpreflight, helm, manifests, paths
+from mooncake_pd import clusterdryrun, clusterfit, clusterinstalls, clusterpreflight, helm, manifests, paths
 from mooncake_pd.clusterfit import Pod, quantity
 from support.kube.cluster import node_objects
 
@@ -40,9 +40,7 @@ def modelserving(objects: list[dict[str, Any]]) -> dict[str, Any]:
 def fit(objects: list[dict[str, Any]], pods: list[dict[str, Any]] | None = None) -> clusterfit.Fit:
     ms = modelserving(objects)
     nodes = clusterfit.nodes_now(node_objects(), pods or [])
-    return clusterfit.groups_that_fit(
-        lambda g: [Pod.of(p) for p in clusterpreflight.group_pods(ms, g)], nodes, limit=20
-    )
+    return clusterfit.groups_that_fit(lambda g: [Pod.of(p) for p in clusterdryrun.group_pods(ms, g)], nodes, limit=20)
 
 
 @pytest.mark.parametrize(
@@ -160,7 +158,7 @@ def test_taints_selectors_and_pods_already_there_count():
     for node in nodes:
         node.setdefault("spec", {})["taints"] = [{"key": "dedicated", "value": "llm", "effect": "NoSchedule"}]
     tainted = clusterfit.nodes_now(nodes, [])
-    pod = Pod.of(clusterpreflight.group_pods(modelserving(render()), 0)[0])
+    pod = Pod.of(clusterdryrun.group_pods(modelserving(render()), 0)[0])
     assert "untolerated taint {dedicated: llm}" in (clusterfit.why_not(pod, tainted[0], tainted) or "")
     tolerant = Pod(
         pod.name, pod.namespace, pod.labels, {**pod.spec, "tolerations": [{"key": "dedicated", "operator": "Exists"}]}
@@ -243,7 +241,7 @@ def test_a_clean_cluster_has_no_finding_and_every_pod_template_is_dry_run():
 
 def test_the_pods_kthena_creates_carry_its_labels_and_the_scheduler():
     ms = modelserving(render(prefill={"workerReplicas": 1, "parallelism": {"data": 8, "dataLocal": 4}}))
-    pods = clusterpreflight.group_pods(ms, 0)
+    pods = clusterdryrun.group_pods(ms, 0)
     assert [p["metadata"]["name"] for p in pods] == [
         "deepseek-pd-0-prefill-0-0", "deepseek-pd-0-prefill-0-1", "deepseek-pd-0-decode-0-0",
     ]  # fmt: skip
@@ -296,18 +294,18 @@ def test_no_scheduler_of_the_pods_name_is_a_finding():
     report = clusterpreflight.check(StandIn(pods=[]), render(), "llm")
     assert any(line.startswith("schedulerName: no scheduler named volcano is seen") for line in report.lines())
     bound = {"metadata": {"name": "x", "namespace": "y"}, "spec": {"schedulerName": "volcano", "nodeName": "cpu-0"}}
-    assert clusterpreflight.scheduler_evidence("volcano", [bound]) == "pod y/x was bound by it"
+    assert clusterinstalls.scheduler_evidence("volcano", [bound]) == "pod y/x was bound by it"
     plain = {
         "metadata": {"name": "s", "namespace": "v"},
         "spec": {"containers": [{"image": "volcanosh/vc-scheduler:v1"}]},
     }
-    assert clusterpreflight.scheduler_evidence("volcano", [plain]) is not None
-    assert clusterpreflight.scheduler_evidence("other", [plain]) is None
+    assert clusterinstalls.scheduler_evidence("volcano", [plain]) is not None
+    assert clusterinstalls.scheduler_evidence("other", [plain]) is None
     named = {
         "metadata": {"name": "s", "namespace": "v"},
         "spec": {"containers": [{"args": ["--scheduler-name", "other"]}]},
     }
-    assert clusterpreflight.scheduler_evidence("other", [named]) is not None
+    assert clusterinstalls.scheduler_evidence("other", [named]) is not None
 
 
 def test_the_release_together_against_a_quota():

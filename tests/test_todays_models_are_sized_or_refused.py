@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from mooncake_pd import architectures, cli, engines, manifests, scriptrun
+from mooncake_pd import architectures, cli, device_fit, engines, manifests, scriptrun
 from mooncake_pd import model as modelmod
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -196,7 +196,7 @@ def test_none_is_sized_from_a_field_it_lacks(tmp_path, name):
         where, _, key = str(entry).rpartition(".")
         config = loaded.raw.get(where) if where == "vision_config" else loaded.text
         assert isinstance(config, dict) and key in config, f"{name}: {entry}"
-    assert modelmod.parameters(loaded)[0] > 0 and loaded.unknown_quantization is None
+    assert device_fit.parameters(loaded)[0] > 0 and loaded.unknown_quantization is None
 
 
 @pytest.mark.parametrize(("version", "per_layer"), [("v0.13.0", 2 * 576 * 2), ("v0.23.0", (576 + 128) * 2)])

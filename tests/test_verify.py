@@ -14,7 +14,7 @@ import pytest
 from kubernetes.client.exceptions import ApiException
 
 from conftest import Rendered
-from mooncake_pd import chartfiles, paths, verify
+from mooncake_pd import chartfiles, paths, release_io, verify
 from test_kv_canary import FakeEngines
 
 REQUEST = "chatcmpl-53cf0580-0e68-4623-80aa-1cf0fd923034"
@@ -222,11 +222,11 @@ class FakeCustom:
 )
 def test_nothing_to_verify_raises(result, message):
     with pytest.raises(verify.VerifyError, match=message):
-        verify.find_modelserving(FakeCustom(result), "deepseek-pd", "default")
+        release_io.find_modelserving(FakeCustom(result), "deepseek-pd", "default")
 
 
 def test_served_name_comes_from_the_chart_annotation(modelserving):
-    assert verify.served_name(modelserving) == "ds_r1"
+    assert release_io.served_name(modelserving) == "ds_r1"
 
 
 @pytest.mark.parametrize("json_flag", [[], ["--json"]])
@@ -337,7 +337,7 @@ def test_collect_with_url_end_to_end(modelserving):
     progress: list[str] = []
     engines = FakeEngines()
     try:
-        snapshot = verify.collect(
+        snapshot = release_io.collect(
             core,
             FakeCustom([modelserving]),
             "deepseek-pd",
@@ -394,7 +394,7 @@ def test_the_advisories_judge_the_live_releases_network_policies(modelserving):
 
 def test_the_canary_fails_verify_when_the_kv_cache_does_not_move(modelserving):
     engines = FakeEngines(loaded=0)
-    config = verify.canary_config(modelserving, PODS, "ds_r1")
+    config = release_io.canary_config(modelserving, PODS, "ds_r1")
     results = chartfiles.program("kv_canary").run(config, engines.post, engines.get)
     snapshot = verify.Snapshot(modelserving, PODS, ANSWER, LOGS, canary=[dataclasses.asdict(r) for r in results])
     report = verify.assess(snapshot)
@@ -409,7 +409,7 @@ def test_the_canary_fails_verify_when_the_kv_cache_does_not_move(modelserving):
 def test_a_core_client_without_a_connection_reads_no_policies():
     """collect()'s default reader of NetworkPolicies on a CoreV1Api stand-in (the e2e's LocalCore
     has no api_client): none read, so the advisories judge the release as unprotected."""
-    assert verify.network_policies(object(), "default") == []
+    assert release_io.network_policies(object(), "default") == []
 
 
 def test_verify_says_when_the_engines_are_on_the_host_network(modelserving):

@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 import shlex
 
-from mooncake_pd import generate as gen
+from mooncake_pd import sizing, topology
 
 # The command as a person runs it: the console script pip installs (pyproject.toml
 # [project.scripts]). Headers written before it say `python -m mooncake_pd`, which only a
@@ -20,7 +20,7 @@ ESTIMATE = "KV-cache estimate (mooncake-pd generate --help):"
 # The estimate's title in headers written before; its block is found by either, and kept as is.
 ESTIMATES = (ESTIMATE, "KV-cache estimate (mooncake_pd generate --help):")
 # The table gen.fit_table writes: its column names, then one row per role.
-_TABLE_ROW = re.compile(r"role\s{2,}TP x DP|(" + "|".join(gen.ROLES) + r")\s{2,}\d+ x \d+\s")
+_TABLE_ROW = re.compile(r"role\s{2,}TP x DP|(" + "|".join(topology.ROLES) + r")\s{2,}\d+ x \d+\s")
 
 
 def lines(title: str, argv: list[str], table: str, notes: list[str]) -> list[str]:
@@ -143,7 +143,7 @@ def with_estimate(text: str, table: str, notes: list[str]) -> str:
     kept = [
         line
         for line in header[start + 1 : end]
-        if not _TABLE_ROW.match(content := line.removeprefix("#").removeprefix(" ")) and not gen.is_note(content)
+        if not _TABLE_ROW.match(content := line.removeprefix("#").removeprefix(" ")) and not sizing.is_note(content)
     ]
     block = [header[start], *(f"# {line}".rstrip() for line in [*table.splitlines(), *notes]), *kept]
     return _replaced(text, start, end, block)

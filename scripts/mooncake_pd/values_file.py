@@ -4,6 +4,7 @@ the tool reads one or hands it to helm (a key given twice, a tab in the indentat
 
 from __future__ import annotations
 
+import copy
 import io
 import os
 import re
@@ -13,6 +14,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+import yaml
 from ruamel.yaml import YAML
 from ruamel.yaml.comments import CommentedMap
 from ruamel.yaml.error import MarkedYAMLError, YAMLError
@@ -20,7 +22,6 @@ from ruamel.yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
 from mooncake_pd import paths
 from mooncake_pd.errors import MooncakePdError
-from mooncake_pd.generate import REMOVE
 
 # The editor's schema line (yaml-language-server) a new values file starts with; schema_ref says
 # what it points at.
@@ -259,3 +260,23 @@ def regenerate(path: Path, current: str, wanted: str, *, check: bool, target: st
     write_atomic(path, wanted, backup=False)
     print(f"{shown} updated")
     return 0
+
+
+# A derived key that must be absent from the values file (None, by contrast, writes null,
+# which makes helm drop the chart's default: `head_dim: null` means "no head_dim override").
+REMOVE = "<remove>"
+
+
+def chart_defaults(chart: Path | None = None) -> dict[str, Any]:
+    """The chart's values.yaml (`chart`, else the checkout's or the installed package's)."""
+    return yaml.safe_load((paths.chart_dir(chart) / "values.yaml").read_text())
+
+
+def merged(base: Any, override: Any) -> Any:
+    """override over base, maps merged key by key as helm merges values files."""
+    if isinstance(base, dict) and isinstance(override, dict):
+        out = dict(base)
+        for key, value in override.items():
+            out[key] = merged(base.get(key), value) if key in base else copy.deepcopy(value)
+        return out
+    return copy.deepcopy(override)

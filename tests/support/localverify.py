@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from mooncake_pd import chartfiles, engines, manifests, verify
+from mooncake_pd import chartfiles, engines, manifests, release_io
 from support.localpods import AUTH, Network, Processes, prepare, run_to_end
 
 
@@ -54,7 +54,7 @@ def pod_view(pod: engines.PodIdentity, role: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def local_canary_io() -> verify.CanaryIO:
+def local_canary_io() -> release_io.CanaryIO:
     """verify's canary HTTP to the local 'pods': http://<pod>:<port> is 127.0.0.1:<port> here; the
     engines' key of the runs here goes with each request (localpods.AUTH), as the canary's
     OPENAI_API_KEY does in a pod."""

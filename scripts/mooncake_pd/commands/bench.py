@@ -8,7 +8,7 @@ import json
 import sys
 from pathlib import Path
 
-from mooncake_pd import bench, cli, verify
+from mooncake_pd import bench, cli, release_io
 from mooncake_pd.commands import SUMMARIES
 
 HELP = """\
@@ -34,7 +34,7 @@ def _progress(line: str) -> None:
 
 
 def _from_cluster(args: argparse.Namespace) -> dict:
-    core, _ = verify.load_clients(args.context)
+    core, _ = release_io.load_clients(args.context)
     from kubernetes import client
 
     batch = client.BatchV1Api(core.api_client)

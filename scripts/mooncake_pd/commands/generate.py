@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import NoReturn
 
-from mooncake_pd import cli, estimate_options, header, paths, values_file
+from mooncake_pd import cli, estimate_options, header, paths, sizing, topology, values_file
 from mooncake_pd import generate as gen
 from mooncake_pd import model as modelmod
 from mooncake_pd.commands import SUMMARIES
@@ -78,8 +78,8 @@ default; `mooncake-pd update` reads it back to recompute the same estimate.
 """
 
 
-def _role_topology(args: argparse.Namespace, role: str) -> gen.RoleTopology:
-    return gen.RoleTopology(
+def _role_topology(args: argparse.Namespace, role: str) -> topology.RoleTopology:
+    return topology.RoleTopology(
         tensor=getattr(args, f"{role}_tp"),
         data=getattr(args, f"{role}_dp"),
         nodes=getattr(args, f"{role}_nodes"),
@@ -91,14 +91,14 @@ class _RecordedParser(argparse.ArgumentParser):
     """generate's options, raising GenerateError where argparse would exit."""
 
     def error(self, message: str) -> NoReturn:
-        raise gen.GenerateError(message)
+        raise topology.GenerateError(message)
 
 
 def recorded_options(argv: list[str]) -> argparse.Namespace:
     """The options of a recorded generate command (its argv after its program), as
     generate parsed them; GenerateError where they do not parse or the command is another."""
     if cli.command_in(argv) != "generate":
-        raise gen.GenerateError(f"{shlex.join(argv)}: not a generate command")
+        raise topology.GenerateError(f"{shlex.join(argv)}: not a generate command")
     index = argv.index("generate")
     parser = _RecordedParser(prog="mooncake-pd generate", add_help=False)
     add_options(parser)
@@ -107,7 +107,7 @@ def recorded_options(argv: list[str]) -> argparse.Namespace:
 
 
 def run(args: argparse.Namespace) -> int:
-    hbm_gib = gen.device_memory(args.accelerator, args.gpu, args.device_memory_gib)
+    hbm_gib = topology.device_memory(args.accelerator, args.gpu, args.device_memory_gib)
     model = modelmod.configure(
         modelmod.load(args.model_dir),
         architecture=args.architecture,
@@ -115,7 +115,7 @@ def run(args: argparse.Namespace) -> int:
         weights_gib=args.weights_gib,
     )
     name = model.path.parent.name
-    roles = {role: _role_topology(args, role) for role in gen.ROLES}
+    roles = {role: _role_topology(args, role) for role in topology.ROLES}
     result = gen.generate(
         model,
         accelerator=args.accelerator,
@@ -133,7 +133,7 @@ def run(args: argparse.Namespace) -> int:
         interface=args.interface,
         chart=args.chart,
     )
-    table = gen.fit_table(result.fits)
+    table = sizing.fit_table(result.fits)
     title = f"{name}: {roles['prefill'].replicas}P{roles['decode'].replicas}D on {args.accelerator}"
     # The expected context length is recorded even where it was the default, so that `update`
     # sizes by the same length whatever default a later version has.
@@ -176,15 +176,15 @@ def add_options(generate: argparse.ArgumentParser) -> None:
     )
     generate.add_argument(
         "--accelerator",
-        choices=sorted(gen.ACCELERATORS),
+        choices=sorted(topology.ACCELERATORS),
         default="ascend-a3",
         help="accelerator profile (default: ascend-a3); the chart's cpu profile has no device memory "
         "to estimate, so its values are written by hand (values/qwen2.5-0.5b-instruct-cpu-1p1d.yaml)",
     )
-    with_variants = sorted(name for name, a in gen.ACCELERATORS.items() if a.variants)
+    with_variants = sorted(name for name, a in topology.ACCELERATORS.items() if a.variants)
     generate.add_argument(
         "--gpu",
-        choices=sorted({v for a in gen.ACCELERATORS.values() for v in a.variants}),
+        choices=sorted({v for a in topology.ACCELERATORS.values() for v in a.variants}),
         default="h100",
         help=f"with --accelerator {' or '.join(with_variants)}: the device, for its memory in the estimate "
         "(default: h100; chart/files/profiles.yaml deviceVariants)",
@@ -237,7 +237,7 @@ def add_options(generate: argparse.ArgumentParser) -> None:
         type=cli.positive_int,
         metavar="N",
         help=f"tokens (prompt plus output) a request is expected to reach, what max-num-seqs is sized by "
-        f"(default: {gen.DEFAULT_CONTEXT_LEN}, at most max-model-len: over three times the benchmark's "
+        f"(default: {sizing.DEFAULT_CONTEXT_LEN}, at most max-model-len: over three times the benchmark's "
         "1024-token prompts with 128-token answers, and above most chat and RAG requests; vLLM preempts and later "
         "recomputes a sequence when the KV cache runs out instead of failing it, so a burst of longer "
         "requests costs time, not errors; one max-model-len sequence always fits, checked)",

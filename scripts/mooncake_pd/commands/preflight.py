@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from mooncake_pd import cli, clusterpreflight, helm, manifests, paths, valuekeys, vllmflags
+from mooncake_pd import cli, clusterapi, clusterpreflight, helm, manifests, paths, valuekeys, vllmflags
 from mooncake_pd.commands import SUMMARIES
 from mooncake_pd.commands.render import check_values_files
 
@@ -21,7 +21,7 @@ def run(args: argparse.Namespace) -> int:
     except helm.HelmError as e:
         raise helm.HelmError(valuekeys.with_suggestions(vllmflags.with_suggestions(str(e)))) from None
     objects = manifests.parse(text)
-    api = clusterpreflight.KubeApi(args.context)
+    api = clusterapi.KubeApi(args.context)
     report = clusterpreflight.check(api, objects, args.namespace)
     if args.json:
         print(report.to_json())

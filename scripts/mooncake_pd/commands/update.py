@@ -11,8 +11,7 @@ from typing import Any
 
 import yaml
 
-from mooncake_pd import cli, commands, estimate_options, header, helm, paths, values_file
-from mooncake_pd import generate as gen
+from mooncake_pd import cli, commands, estimate_options, header, helm, paths, sizing, topology, values_file
 from mooncake_pd import model as modelmod
 from mooncake_pd.commands import SUMMARIES
 
@@ -90,7 +89,7 @@ def file_differences(recorded: argparse.Namespace, effective: dict[str, Any], va
     pairs: list[tuple[str, Any, str, Any]] = [
         ("accelerator.type", effective["accelerator"]["type"], "--accelerator", recorded.accelerator)
     ]
-    for role in gen.ROLES:
+    for role in topology.ROLES:
         v = effective[role]
         pairs += [
             (f"{role}.parallelism.tensor", v["parallelism"]["tensor"], f"--{role}-tp", getattr(recorded, f"{role}_tp")),
@@ -120,15 +119,15 @@ def recorded_inputs(
     try:
         # generate's own parser reads its command (loaded here, on use, as the CLI loads commands).
         recorded = commands.load("generate").recorded_options(command)
-    except gen.GenerateError as e:
-        raise gen.GenerateError(
+    except topology.GenerateError as e:
+        raise topology.GenerateError(
             f"{args.values_file}: the generate command in its header does not parse ({e}); correct it, or "
             "delete it to update the file as one written by hand"
         ) from None
     changed = overridden(recorded, args)
     if (changed.get("expected_context_len") or recorded.expected_context_len) is None:
         # Generated before the command recorded it: the default, recorded from now on.
-        changed["expected_context_len"] = gen.default_context_len(int(effective["model"]["maxModelLen"]))
+        changed["expected_context_len"] = sizing.default_context_len(int(effective["model"]["maxModelLen"]))
     return recorded, argparse.Namespace(**{**vars(recorded), **changed}), changed
 
 
@@ -150,11 +149,11 @@ def run(args: argparse.Namespace) -> int:
             f"{args.values_file}: a {type(current).__name__} at the top, not a mapping of values keys; "
             "give a values file"
         )
-    defaults = gen.chart_defaults(args.chart)
-    effective = gen.merged(defaults, current)
+    defaults = values_file.chart_defaults(args.chart)
+    effective = values_file.merged(defaults, current)
     kind = effective["accelerator"]["type"]
-    if args.gpu and kind in gen.ACCELERATORS and not gen.ACCELERATORS[kind].variants:
-        raise gen.GenerateError(f"--gpu {args.gpu}: accelerator.type {kind} has no device variants; drop --gpu")
+    if args.gpu and kind in topology.ACCELERATORS and not topology.ACCELERATORS[kind].variants:
+        raise topology.GenerateError(f"--gpu {args.gpu}: accelerator.type {kind} has no device variants; drop --gpu")
     argv = header.command(text)
     changed: dict[str, Any] = {}
     warnings: list[str] = []
@@ -164,7 +163,7 @@ def run(args: argparse.Namespace) -> int:
         caps = None
     else:
         recorded, inputs, changed = recorded_inputs(args, header.arguments(argv), effective)
-        caps = gen.seq_caps(defaults)
+        caps = sizing.seq_caps(defaults)
         warning = mismatch(recorded.model_dir, model, args.values_file)
         warnings = [*([warning] if warning else []), *file_differences(recorded, effective, args.values_file)]
     model = modelmod.configure(
@@ -179,18 +178,18 @@ def run(args: argparse.Namespace) -> int:
         raise modelmod.ModelError(problem)
     for line in warnings:
         print(line, file=sys.stderr)
-    keys, result = gen.derived(
+    keys, result = sizing.derived(
         model,
         effective,
         force=bool(inputs.force),
-        hbm_gib=gen.device_memory(kind, inputs.gpu, inputs.device_memory_gib),
+        hbm_gib=topology.device_memory(kind, inputs.gpu, inputs.device_memory_gib),
         fixed_head_dim=bool(inputs.fixed_head_dim),
         context_len=inputs.expected_context_len,
         caps=caps,
     )
     wanted = values_file.apply(text, keys)
     if argv is not None:
-        wanted = header.with_estimate(wanted, gen.fit_table(result.fits), result.notes)
+        wanted = header.with_estimate(wanted, sizing.fit_table(result.fits), result.notes)
         command = header.arguments(argv)
         for name, value in changed.items():
             takes_value = name not in ("fixed_head_dim", "force")
@@ -261,7 +260,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     update.add_argument(
         "--gpu",
-        choices=sorted({v for a in gen.ACCELERATORS.values() for v in a.variants}),
+        choices=sorted({v for a in topology.ACCELERATORS.values() for v in a.variants}),
         help="the device, for its memory in the estimate (accelerators with device variants: NVIDIA); "
         "default: the recorded --gpu, else h100",
     )
@@ -277,7 +276,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         type=cli.positive_int,
         metavar="N",
         help="tokens a request is expected to reach, what max-num-seqs is sized by (default: the recorded "
-        f"one, else {gen.DEFAULT_CONTEXT_LEN} at most max-model-len; a file written by hand: max-model-len)",
+        f"one, else {sizing.DEFAULT_CONTEXT_LEN} at most max-model-len; a file written by hand: max-model-len)",
     )
     update.add_argument(
         "--fixed-head-dim",

@@ -7,7 +7,7 @@ import json
 import os
 import sys
 
-from mooncake_pd import cli, verify
+from mooncake_pd import cli, release_io, verify
 from mooncake_pd.commands import SUMMARIES
 
 
@@ -16,8 +16,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"... {line}", file=sys.stderr, flush=True)
 
     try:
-        core, custom = verify.load_clients(args.context)
-        snapshot = verify.collect(
+        core, custom = release_io.load_clients(args.context)
+        snapshot = release_io.collect(
             core,
             custom,
             args.release,
