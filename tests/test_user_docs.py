@@ -367,3 +367,28 @@ def test_release_refuses_a_tag_that_is_not_the_version(tmp_path, tag, chart, pac
         assert proc.returncode != 0
         assert "::error::" in proc.stdout and refusal in proc.stdout
         assert "version=" not in proc.stdout
+
+
+def test_docs_document_versions_packaging_and_argocd():
+    readme = "".join(p.read_text() for p in [paths.REPO / "README.md", *sorted((paths.REPO / "docs").glob("*.md"))])
+    for expected in [
+        "helm package chart",
+        "helm push",
+        "oci://",
+        "ServerSideApply=true",
+        "Kubernetes 1.27",
+        "helm 3.8",
+        "make lint",
+        "examples/argocd/",
+    ]:
+        assert expected in readme, expected
+
+
+def test_make_help_lists_every_documented_target():
+    """Each target with a `## ` description is in `make help` (the e2e ones have digits)."""
+    makefile = (paths.REPO / "Makefile").read_text()
+    documented = re.findall(r"^([A-Za-z0-9_.-]+):.*## ", makefile, flags=re.M)
+    shown = subprocess.run(["make", "-s", "help"], cwd=paths.REPO, capture_output=True, text=True, check=True).stdout
+    listed = re.findall(r"^  make (\S+)", shown, flags=re.M)
+    assert listed == documented
+    assert {"e2e", "e2e-2p1d", "e2e-venv"} <= set(listed)

@@ -1,10 +1,11 @@
-"""Day 2 in the chart: script changes roll exactly the pods that run them, rollout strategies,
-draining, and the optional PodMonitor and Grafana dashboard."""
+"""A change rolls exactly the pods it must, gently: a script change rolls only the role that runs it
+(the scripts' checksum), the serving-group and role rollout strategies, engines drained and probed
+gently, and NOTES warn where a lone serving group stops serving during a rollout."""
 
 from __future__ import annotations
 
 import json
-import re
+import subprocess
 
 import pytest
 
@@ -111,72 +112,19 @@ def test_probes_can_be_turned_off(render: Renderer):
     assert container["readinessProbe"]["httpGet"]["path"] == "/health"
 
 
-def test_monitoring_is_off_by_default(render: Renderer):
-    kinds = {o["kind"] for o in render().objects}
-    assert "PodMonitor" not in kinds
-    assert not [o for o in render().find("ConfigMap") if o["metadata"]["name"].endswith("-dashboard")]
-
-
-@pytest.mark.parametrize("proxy", [False, True])
-def test_pod_monitor_scrapes_the_engines_by_role(render: Renderer, crds, proxy: bool):
-    rendered = render(
-        overrides={"metrics": {"podMonitor": {"enabled": True, "labels": {"release": "kps"}, "proxy": proxy}}}
-    )
-    assert_valid(rendered, crds)
-    monitor = rendered.one("PodMonitor")
-    assert monitor["metadata"]["labels"]["release"] == "kps"
-    selector = monitor["spec"]["selector"]
-    components = selector["matchExpressions"][0]["values"]
-    assert set(components) == ({"prefill", "decode", "proxy"} if proxy else {"prefill", "decode"})
-    for role in ("prefill", "decode"):
-        template = rendered.role(role)["entryTemplate"]
-        labels = template["metadata"]["labels"]
-        assert selector["matchLabels"].items() <= labels.items()
-        assert labels["app.kubernetes.io/component"] in components
-        ports = {p["name"] for p in template["spec"]["containers"][0]["ports"]}
-        assert monitor["spec"]["podMetricsEndpoints"][0]["port"] in ports
-    targets = {r["targetLabel"] for r in monitor["spec"]["podMetricsEndpoints"][0]["relabelings"]}
-    assert {"role", "serving_group", "modelserving"} <= targets
-    assert len(monitor["spec"]["podMetricsEndpoints"]) == (2 if proxy else 1)
-
-
-def test_dashboard_configmap(render: Renderer):
-    rendered = render(overrides={"metrics": {"dashboard": {"enabled": True}}})
-    configmap = rendered.one("ConfigMap", "deepseek-pd-dashboard")
-    assert configmap["metadata"]["labels"]["grafana_dashboard"] == "1"
-    shipped = (paths.CHART / "dashboards" / "mooncake-pd.json").read_text()
-    assert configmap["data"]["mooncake-pd.json"] == shipped
-
-
-KNOWN_METRICS = {
-    "vllm:time_to_first_token_seconds_bucket",
-    "vllm:request_time_per_output_token_seconds_bucket",
-    "vllm:kv_cache_usage_perc",
-    "vllm:external_prefix_cache_hits_total",
-    "vllm:external_prefix_cache_queries_total",
-    "vllm:num_requests_running",
-    "vllm:num_requests_waiting",
-    "vllm:prompt_tokens_total",
-    "vllm:generation_tokens_total",
-    "vllm:nixl_xfer_time_seconds_count",
-    "vllm:nixl_num_failed_transfers_total",
-}
-
-
-def test_dashboard_panels():
-    dashboard = json.loads((paths.CHART / "dashboards" / "mooncake-pd.json").read_text())
-    assert dashboard["uid"] == "mooncake-pd"
-    titles = " ".join(p["title"] for p in dashboard["panels"]).lower()
-    for needed in ["time to first token", "time per output token", "kv cache usage", "kv transfer", "requests by role"]:
-        assert needed in titles
-    for panel in dashboard["panels"]:
-        for target in panel["targets"]:
-            if target["expr"].startswith("sum by (alertname) (ALERTS{"):
-                # The chart's own alerts (metrics.prometheusRule) for this ModelServing.
-                assert 'alertname=~"MooncakePd.*"' in target["expr"] and "$modelserving" in target["expr"]
-                continue
-            metrics = set(re.findall(r"vllm:[a-z_]+", target["expr"]))
-            assert metrics and metrics <= KNOWN_METRICS, metrics
-            assert "role" in target["expr"] and "$modelserving" in target["expr"]
-    ids = [p["id"] for p in dashboard["panels"]]
-    assert len(ids) == len(set(ids))
+@pytest.mark.parametrize(
+    ("sets", "warned"),
+    [
+        ((), True),
+        (("router.type=kthena", "decode.port=7100"), True),
+        (("router.type=kthena", "decode.port=7100", "servingGroups=2"), False),
+    ],
+    ids=["proxy-one-group", "kthena-one-group", "kthena-two-groups"],
+)
+def test_notes_warn_that_a_lone_serving_group_stops_serving_during_a_rollout(sets, warned):
+    """The drills measured it (docs/failure-modes.md, kthena-rollout): Kthena v1.0.0 deletes the
+    only group before it creates the new one."""
+    cmd = [str(paths.helm_binary("4.1.4")), "install", "demo", str(paths.CHART), "--dry-run=client"]
+    cmd += [arg for s in sets for arg in ("--set", s)]
+    notes = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout.split("NOTES:", 1)[1]
+    assert ("nothing serves for engine.drainSeconds" in notes) == warned
