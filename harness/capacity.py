@@ -1,4 +1,4 @@
-"""The data path's capacity, judged (issue 41 item 5; scripts/datapath_capacity.py measures it):
+"""The data path's capacity, judged (issue 41 item 5; harness/datapath_capacity.py measures it):
 what the PD proxy and Kthena's router add to a PD request's time to first token, against the
 same stand-in engines reached straight (the baseline), and the request rate at which each one,
 on one core, adds more than SATURATION_MS at the 99th percentile.

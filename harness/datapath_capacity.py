@@ -2,7 +2,7 @@
 request, at 1, 10, 100 and 1,000 concurrent streams, and the request rate at which each, on one
 core, adds more than 10 ms to the 99th percentile of the time to first token.
 
-What runs (tests/support/streamload.py; judgement in scripts/mooncake_pd/capacity.py):
+What runs (harness/streamload.py; judgement in harness/capacity.py):
 - stand-in engines that answer at once (streamload `standin`): prefill answers the
   `do_remote_decode` half with one token and vLLM's kv_transfer_params, decode streams the
   request's tokens one every TPOT seconds; one asyncio process (uvloop in the e2e venv);
@@ -34,7 +34,11 @@ Output: out/scale/datapath.json, out/scale/datapath.png; held against the bounds
 docs/scale-datapath.md (exit 1 where one breaks; --no-check skips). `--quick`: shorter windows,
 no midpoints (about 3 minutes with the cluster). Every process runs under `nice -n 19` (the lead
 re-runs the published figures on a quiet machine) and is stopped by PID on the way out.
-"""
+
+
+Over 400 lines: the driver of `make scale-datapath`: the PD proxy and Kthena's router each placed
+in its namespace, loaded step by step and measured, then the report; the judgement is in capacity.
+A cut waits for a run to check it by."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Fault drills' judgement (scripts/drills.py runs them, `make drills`): each request of a bounded
+"""Fault drills' judgement (harness/drills.py runs them, `make drills`): each request of a bounded
 load is classed against the greedy reference, each drill summed up, and the summary held against
 the thresholds docs/failure-modes.md documents (a drill worse than documented fails).
 

@@ -12,7 +12,7 @@ rendered script (the real controller's timing is not part of these figures: see
 docs/failure-modes.md). Throughout, each engine's rendered livenessProbe is played as the
 kubelet plays it (Liveness): an engine whose /health fails failureThreshold times in a row is
 restarted. Each request is classed ok, failed, truncated or wrong against the
-reference (mooncake_pd.drill); each drill's counts and its recovery time are printed, written to
+reference (harness.drill_judgement); each drill's counts and its recovery time are printed, written to
 out/drills/summary.json, and held against the thresholds docs/failure-modes.md documents: a
 drill worse than documented makes the exit code 1.
 
@@ -27,7 +27,11 @@ kubelet (which plays their probes, restarts and deletions), Kthena v1.0.0's rout
 load. Drills: prefill's and decode's engine killed (SIGKILL; the kubelet restarts the container),
 a rollout (a start-script change applied as helm upgrade sends it) of one serving group and of
 two. Binds loopback only; every process it started is stopped on the way out.
-"""
+
+
+Over 400 lines: the driver of `make drills`: the load, the faults behind the PD proxy and behind
+Kthena's router on real engines; the judgement is in drill_judgement. A cut waits for a run on
+real engines to check it by (about 16 min, both cores)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """Where the time of one request goes on the PD path, from the engines' own histograms read
-before and after it and the client's own chunk times (scripts/ttft_split.py measures it).
+before and after it and the client's own chunk times (harness/ttft_split.py measures it).
 
 vLLM 0.13 times a request in its engine from its arrival at the API server
 (vllm/v1/metrics/stats.py: time_to_first_token = first token - arrival, e2e_request_latency =

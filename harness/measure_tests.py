@@ -22,7 +22,11 @@ each failure is reported with its cause; the exit code is 1 when any run failed:
 
 The hogs are stopped by PID when the runs end, fail or are interrupted (Ctrl-C, SIGTERM), and
 each hog also stops by itself when this script's process goes away (even on SIGKILL).
-"""
+
+
+Over 400 lines: the driver of `make test-time` and `make flake-check`: the runs, the CPU hogs and
+the pytest processes it stops, and the report it writes; test_measure_tests loads it by path and
+checks both halves."""
 
 from __future__ import annotations
 

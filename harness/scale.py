@@ -26,7 +26,12 @@ Figures go to out/scale/fleet.json and out/scale/*.png; they are held against th
 docs/scale.md, and a broken bound makes the exit code 1 (2: the run could not be made). Every wait
 is bounded and says what it waited for and what it last saw; every process started is stopped by
 PID, also on failure or SIGTERM.
-"""
+
+
+Over 400 lines: the driver of `make scale`: its phases (bring-up, rollout, autoscaling, short of
+capacity) run in order on one live control plane and share its constants, pod watch and meter; the
+judgement is in scale_judgement, pod_timeline and growth. A cut waits for a run to check it by (16
+min on the local cluster)."""
 
 from __future__ import annotations
 

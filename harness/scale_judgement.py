@@ -1,4 +1,4 @@
-"""The fleet measurements' judgement (scripts/scale.py runs them, `make scale`; issue #41): pure
+"""The fleet measurements' judgement (harness/scale.py runs them, `make scale`; issue #41): pure
 functions over what the run saw, so each can be tested on made-up timelines.
 
 - percentiles of the seconds each pod and each serving group took to run;

@@ -1,5 +1,5 @@
 """Stand-in PD engines that answer at once, and a load generator, for measuring what the PD proxy
-and Kthena's router add to a PD request (scripts/datapath_capacity.py, issue 41 item 5).
+and Kthena's router add to a PD request (harness/datapath_capacity.py, issue 41 item 5).
 
 Why not openai_standin.py: it is a ThreadingHTTPServer (a thread per connection, every byte
 under the GIL) that writes a whole stream in one write, so it has no token rate and 1,000 open
@@ -26,7 +26,11 @@ one JSON object: per request (of the window) its TTFT and duration, failures wit
 open-loop lag behind the schedule, and the generator's own CPU seconds.
 
 Standard library (and uvloop where installed); HTTP/1.1 keep-alive, chunked or Content-Length.
-"""
+
+
+Over 400 lines: one program that datapath_capacity runs by path, in a network namespace and with a
+Python of its own: the stand-in engines (`standin`) and the load generator (`load`) share its HTTP
+framing and use the standard library alone."""
 
 from __future__ import annotations
 

@@ -11,7 +11,7 @@ sends the same streamed completions, one at a time, to:
   `--no-kthena` skips it).
 For each request it reads both engines' /metrics before and after, and splits TTFT into router,
 prefill, KV transfer and decode's first step, and TPOT into engine and router
-(mooncake_pd.latency says how). It also measures the cores each process keeps busy while it
+(harness.latency says how). It also measures the cores each process keeps busy while it
 serves nothing (polling threads compete with decode on a small machine). Prints the medians and
 writes them, with every request's split, to out/ttft-split/summary.json. Plumbing figures on 2
 cores: the ratios, not the milliseconds, carry over to a cluster.

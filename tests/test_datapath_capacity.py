@@ -1,8 +1,8 @@
-"""The data path's capacity, judged (mooncake_pd.capacity) and its harness (support/streamload.py:
+"""The data path's capacity, judged (harness.capacity) and its harness (harness/streamload.py:
 the stand-in engines and the load generator): percentiles, what a component adds, where the
 search over offered rates finds saturation, the bounds docs/scale-datapath.md documents, and that
 the stand-ins answer as vLLM's PD engines do and the load generator counts what it gets
-(scripts/datapath_capacity.py runs them against the PD proxy and Kthena's router)."""
+(harness/datapath_capacity.py runs them against the PD proxy and Kthena's router)."""
 
 from __future__ import annotations
 

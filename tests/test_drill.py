@@ -1,6 +1,6 @@
-"""The fault drills' judgement (mooncake_pd.drill): how a request is classed against the greedy
+"""The fault drills' judgement (harness.drill_judgement): how a request is classed against the greedy
 reference, what a drill's recovery time is, and the thresholds docs/failure-modes.md documents
-(scripts/drills.py runs the drills on real engines: `make drills`)."""
+(harness/drills.py runs the drills on real engines: `make drills`)."""
 
 from __future__ import annotations
 
@@ -85,7 +85,7 @@ def test_a_drill_worse_than_documented_is_named(tmp_path: Path):
 
 
 def test_every_drill_has_its_documented_thresholds():
-    """The drills scripts/drills.py runs, each with a row in docs/failure-modes.md."""
+    """The drills harness/drills.py runs, each with a row in docs/failure-modes.md."""
     limits = drill_judgement.thresholds(paths.REPO / "docs" / "failure-modes.md")
     source = (paths.REPO / "harness" / "drills.py").read_text()
     names = ("prefill-killed", "decode-killed", "proxy-killed", "prefill-restarted")

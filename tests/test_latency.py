@@ -1,5 +1,5 @@
-"""The TTFT/TPOT split (mooncake_pd.latency) on the engines' own histograms: what each part is,
-and that a reading of more than one request is refused instead of split. scripts/ttft_split.py
+"""The TTFT/TPOT split (harness.latency) on the engines' own histograms: what each part is,
+and that a reading of more than one request is refused instead of split. harness/ttft_split.py
 measures it on real engines (`make ttft-split`)."""
 
 from __future__ import annotations

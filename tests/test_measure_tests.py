@@ -1,4 +1,4 @@
-"""scripts/measure_tests.py, which `make test-time` runs: the wall time of the tests and where it
+"""harness/measure_tests.py, which `make test-time` runs: the wall time of the tests and where it
 goes, measured, with the budget checked by the script rather than by a timed test; and `make
 flake-check`: the stages run again and again beside a CPU hog, each failure reported with its cause."""
 

@@ -1,4 +1,4 @@
-"""The fleet measurements' judgement (mooncake_pd.scale; scripts/scale.py runs the fleet, `make
+"""The fleet measurements' judgement (harness.scale_judgement; harness/scale.py runs the fleet, `make
 scale`): percentiles, the growth fit, the bounds table of docs/scale.md, and the rollout,
 autoscaling and placement judgements on made-up timelines."""
 

@@ -1,5 +1,5 @@
 """The chart behind Kthena's router on the local cluster, with the pods Kthena creates running as
-processes (tests/test_e2e_kthena.py and scripts/drills.py start from here): the values the router
+processes (tests/test_e2e_kthena.py and harness/drills.py start from here): the values the router
 needs, the release applied as rendered, the process kubelet, and the router."""
 
 from __future__ import annotations

@@ -25,7 +25,12 @@ What stands in for what (and nothing else does):
 
 Every process is started in its own session under `nice`, logged to a file, bounded in time,
 and stopped by PID (its whole process group) by Processes.close(), also when a test fails.
-"""
+
+
+Over 400 lines: a rendered pod run here is one model whose tables read one another (image Pythons
+and the staged checkout, volumes, env, Service names, processes and their readiness), and tests
+patch its STAGED_DIR here; the cut (image Pythons and staging; the HTTP waits) is left to a pass
+that runs the e2e after it."""
 
 from __future__ import annotations
 

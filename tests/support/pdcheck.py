@@ -82,7 +82,7 @@ MOONCAKE_KV_HEADS = 32
 
 def mooncake_values() -> dict[str, Any]:
     """The values a run with MooncakeConnector sets over the cpu preset (tests/test_e2e_mooncake.py,
-    scripts/drills.py), for a model made with kv_heads=MOONCAKE_KV_HEADS."""
+    harness/drills.py), for a model made with kv_heads=MOONCAKE_KV_HEADS."""
     return {
         "kvTransfer.connector": "MooncakeConnector",
         # Sender threads per prefill (num_workers, 10 by default): two engines share 2 cores here.
@@ -345,8 +345,8 @@ def pd_setup(
     run: LocalRun, values: dict[str, Any] | None = None, kv_heads: int = 0, make_model: MakeModel | None = None
 ) -> PdSetup:
     """The tiny model made under the run's folder (tiny/ in run.base/models, weights of the same
-    shapes in run.base/other-weights) and the chart rendered for it (scripts/ttft_split.py and
-    scripts/drills.py start from here)."""
+    shapes in run.base/other-weights) and the chart rendered for it (harness/ttft_split.py and
+    harness/drills.py start from here)."""
     models = run.base / "models"
     (make_model or make_tiny_model)(run, models / "tiny", run.base / "other-weights", kv_heads)
     objects = render(models, values)

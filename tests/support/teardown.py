@@ -1,7 +1,7 @@
 """A stopped test run tears down like Ctrl-C: pytest runs the fixtures' finalizers, which stop
 every cluster component and engine the run started, by PID.
 
-Without this, SIGTERM (scripts/measure_tests.py stopping a run, CI's timeout, `kill`) ends pytest
+Without this, SIGTERM (harness/measure_tests.py stopping a run, CI's timeout, `kill`) ends pytest
 at once and leaves them running: seen 2026-12-05, an apiserver, etcd, Kthena's controller and
 router and two vLLM engines outlived a killed e2e. A job started in the background inherits
 SIGINT ignored (POSIX shells without job control), so Ctrl-C's handler is put back for it."""

@@ -14,7 +14,11 @@ Everything binds loopback and lives in one folder (`Cluster.folder`); every wait
 `down()` stops every process by PID (its process group), also after a failure. `make cluster-up`
 leaves the processes running and records them in <folder>/state.json; `make cluster-down` stops
 them from there.
-"""
+
+
+Over 400 lines: one class, Cluster, holds the local control plane's lifecycle (certificates, etcd,
+kube-apiserver, Kthena's controller and webhooks, KWOK, the router and its relays): each process
+started, waited for and stopped by PID in one place."""
 
 from __future__ import annotations
 
@@ -73,7 +77,7 @@ class Cluster:
     pids: dict[str, int] = field(default_factory=dict)
     timings: dict[str, float] = field(default_factory=dict)
     # The Node objects KWOK plays at start-up; None: those of cluster/nodes.yaml (node_objects()).
-    # scripts/scale.py gives a fleet of A3 nodes here.
+    # harness/scale.py gives a fleet of A3 nodes here.
     nodes: list[dict[str, Any]] | None = None
 
     @property
@@ -369,7 +373,7 @@ class Cluster:
         pods at their own loopback addresses through relays; its port 8080 is reached from the
         host at the URL returned. It discovers the pods itself, from the ModelServers it watches.
         `cpus`: a taskset CPU list the router alone runs on (Go sizes GOMAXPROCS from it), as
-        scripts/datapath_capacity.py pins it to one core; that script runs its load and stand-in
+        harness/datapath_capacity.py pins it to one core; that script runs its load and stand-in
         engines inside the router's namespace (its pid: pids["kthena-router"]) with no upstreams,
         where the pod addresses are local routes and the router reaches them with no relay."""
         kthena = build.components()["kthena"]
@@ -566,7 +570,7 @@ def node_objects(path: Path = NODES, counts: dict[str, int] | None = None) -> li
     kwok.x-k8s.io/node: fake), with the labels kubelet sets, the profile they stand for
     (label mooncake-pd.test/profile), an InternalIP (10.1.0.N, 10.1.1.N past 255: a host-network
     pod's address, never bound here) and their capacity as allocatable. `counts` (entry name ->
-    count) takes only those entries, that many nodes of each (scripts/scale.py's fleet)."""
+    count) takes only those entries, that many nodes of each (harness/scale.py's fleet)."""
     nodes = []
     number = 0
     for entry in yaml.safe_load(path.read_text())["nodes"]:

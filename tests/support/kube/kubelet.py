@@ -25,7 +25,11 @@ What it does not: init containers, sidecars, exec or TCP probes, resource limits
 share the machine), image pulls (each image is a local Python: localpods.IMAGE_PYTHONS).
 
 Every loop is bounded by the stop event and short timeouts; close() stops every process by PID.
-"""
+
+
+Over 400 lines: ProcessKubelet is one reconcile loop, as kubelet's syncPod is (admission,
+containers started and restarted with back-off, probes, status written back); its pure parts above
+it are unit-tested alone (tests/test_kubelet.py)."""
 
 from __future__ import annotations
 
