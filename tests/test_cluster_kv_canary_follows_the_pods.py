@@ -25,7 +25,7 @@ import pytest
 
 from mooncake_pd import chartfiles, paths
 from support.kube.api import ApiError, Client, wait_for
-from support.kube.releases import HELM_TIMEOUT, SETTLE_TIMEOUT, Helm, pods_of, wait_gone
+from support.kube.releases import HELM_TIMEOUT, SETTLE_TIMEOUT, pods_of, release_fixture
 from support.kube.serviceaccount import token
 
 pytestmark = pytest.mark.cluster
@@ -79,22 +79,9 @@ class Engines:
         return f"vllm:external_prefix_cache_hits_total {self.hits.get(self._host(url), 0)}\n"
 
 
-@pytest.fixture
-def release(cluster, tmp_path: Path):
-    """The chart behind Kthena's router with two groups and the canary's CronJob, installed in
-    `namespace`; uninstalled afterwards, also when the test fails."""
-    runner = Helm(cluster, paths.DEFAULT_HELM_VERSION, tmp_path / "helm")
-    installed: list[str] = []
-
-    def install(namespace: str) -> Helm:
-        runner.install(RELEASE, namespace, sets=SETS)
-        installed.append(namespace)
-        return runner
-
-    yield install
-    for namespace in installed:
-        runner.uninstall(RELEASE, namespace)
-        wait_gone(cluster.client(), namespace, RELEASE)
+# release(namespace): the chart behind Kthena's router with two groups and the canary's CronJob
+# (SETS), installed in `namespace`; uninstalled afterwards, also when the test fails.
+release = release_fixture(*SETS)
 
 
 def settled(api: Client, namespace: str, count: int = 4, revisions: set[str] | None = None) -> list[dict[str, Any]]:

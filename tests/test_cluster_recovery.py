@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import threading
 import time
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -26,7 +25,7 @@ import pytest
 from mooncake_pd import manifests, paths
 from support.kthena_pods import matches
 from support.kube.api import wait_for
-from support.kube.releases import HELM_TIMEOUT, SETTLE_TIMEOUT, Helm, pods_of, record, wait_gone
+from support.kube.releases import HELM_TIMEOUT, SETTLE_TIMEOUT, Helm, pods_of, record, release_fixture
 from support.waits import brief
 
 pytestmark = pytest.mark.cluster
@@ -139,21 +138,8 @@ def _settled(names: set[str]):
     return done
 
 
-@pytest.fixture
-def release(cluster, tmp_path: Path):
-    """Install with the given --set values; uninstall afterwards, also when the test fails."""
-    runner = Helm(cluster, paths.DEFAULT_HELM_VERSION, tmp_path / "helm")
-    installed: list[str] = []
-
-    def install(namespace: str, *sets: str) -> Helm:
-        runner.install(RELEASE, namespace, sets=(*FAST, *sets))
-        installed.append(namespace)
-        return runner
-
-    yield install
-    for namespace in installed:
-        runner.uninstall(RELEASE, namespace)
-        wait_gone(cluster.client(), namespace, RELEASE)
+# release(namespace, *sets): installed with FAST and the test's --set values; uninstalled afterwards.
+release = release_fixture(*FAST)
 
 
 def test_serving_group_recreate_replaces_the_group_under_a_new_ordinal(cluster, release):

@@ -200,6 +200,18 @@ def config_path(model: Path) -> Path:
     return model / "config.json" if model.is_dir() else model
 
 
+def _json_object(file: Path) -> dict[str, Any]:
+    """A JSON file whose root is an object (config.json, quant_model_description.json), or
+    ModelError naming the file, and the line and column where it is not JSON."""
+    try:
+        data = json.loads(file.read_text())
+    except json.JSONDecodeError as e:
+        raise ModelError(f"{file}: invalid JSON at line {e.lineno} column {e.colno}: {e.msg}") from None
+    if not isinstance(data, dict):
+        raise ModelError(f"{file}: (root): must be a JSON object")
+    return data
+
+
 def load(model: Path) -> Model:
     """Read and check a model's config.json (a directory or the file itself). The language
     model's fields are read from text_config where config.json nests them (a multimodal model,
@@ -210,12 +222,7 @@ def load(model: Path) -> Model:
         raise ModelError(f"{model}: no such directory or file")
     if not file.is_file():
         raise ModelError(f"{file}: missing; point --model-dir at a directory holding config.json")
-    try:
-        config = json.loads(file.read_text())
-    except json.JSONDecodeError as e:
-        raise ModelError(f"{file}: invalid JSON at line {e.lineno} column {e.colno}: {e.msg}") from None
-    if not isinstance(config, dict):
-        raise ModelError(f"{file}: (root): must be a JSON object")
+    config = _json_object(file)
     names = config.get("architectures") or []
     architecture = str(names[0]) if isinstance(names, list) and names else ""
     nested = config.get("text_config")
@@ -225,14 +232,10 @@ def load(model: Path) -> Model:
     if head_dim is not None:
         head_dim = _int(text, "head_dim", file)
     description = model / "quant_model_description.json" if model.is_dir() else None
-    ascend_quantization, ascend_description = None, None
+    ascend_quantization: str | None = None
+    ascend_description: dict[str, Any] | None = None
     if description and description.is_file():
-        try:
-            ascend_description = json.loads(description.read_text())
-        except json.JSONDecodeError as e:
-            raise ModelError(f"{description}: invalid JSON at line {e.lineno} column {e.colno}: {e.msg}") from None
-        if not isinstance(ascend_description, dict):
-            raise ModelError(f"{description}: (root): must be a JSON object")
+        ascend_description = _json_object(description)
         ascend_quantization = str(ascend_description.get("model_quant_type", "W8A8"))
     spec = architectures.get(architecture)
     # Where config.json does not say, the architecture's config class decides (Gemma 3: tied).

@@ -7,9 +7,12 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from mooncake_pd import manifests, paths
 from support.kube.api import Client, pods_brief, wait_for
@@ -122,6 +125,32 @@ def wait_pods(
         return f"missing {sorted(names - have)}, others {sorted(have - names)}, unbound {unbound}: {pods_brief(last)}"
 
     return wait_for(f"the pods of ModelServing {namespace}/{modelserving}, bound", settled, timeout, seen=seen)
+
+
+def release_fixture(*base: str) -> Any:
+    """A `release` fixture for a test module: release(namespace, *sets) installs the chart in
+    `namespace` with helm (paths.DEFAULT_HELM_VERSION) and the --set values `base` then `sets`,
+    and returns the Helm that did; afterwards every release it installed is uninstalled and
+    its pods waited gone, also when the test fails. In the module:
+    `release = release_fixture(*SETS)`."""
+
+    @pytest.fixture
+    def release(cluster: Cluster, tmp_path: Path) -> Iterator[Callable[..., Helm]]:
+        """install(namespace, *sets) -> Helm: the module's --set values, then `sets`."""
+        runner = Helm(cluster, paths.DEFAULT_HELM_VERSION, tmp_path / "helm")
+        installed: list[str] = []
+
+        def install(namespace: str, *sets: str) -> Helm:
+            runner.install(paths.RELEASE, namespace, sets=(*base, *sets))
+            installed.append(namespace)
+            return runner
+
+        yield install
+        for namespace in installed:
+            runner.uninstall(paths.RELEASE, namespace)
+            wait_gone(cluster.client(), namespace, paths.RELEASE)
+
+    return release
 
 
 def wait_gone(api: Client, namespace: str, modelserving: str, timeout: float = SETTLE_TIMEOUT) -> None:
