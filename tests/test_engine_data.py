@@ -4,6 +4,8 @@ the same files, and its readers find what they read in real sources, not only in
 
 from __future__ import annotations
 
+import json
+import subprocess
 import zipfile
 from pathlib import Path
 
@@ -174,3 +176,167 @@ def test_options_remember_the_config_field_they_came_from():
     assert rows["--max-num-seqs"]["bounds"]["field"].endswith("SchedulerConfig.max_num_seqs")
     assert "bounds" not in rows["--other"]
     assert parser.parse_args(["--max-num-seqs", "3"]).max_num_seqs == 3
+
+
+SERVE_CHECKS = '''
+def validate_parsed_serve_args(args):
+    """Quick checks."""
+    if hasattr(args, "subparser") and args.subparser != "serve":
+        return
+    validate_chat_template(args.chat_template)
+    if args.chat_template is not None:
+        logger.warning("a warning refuses nothing")
+    if args.enable_auto_tool_choice and not args.tool_call_parser:
+        raise TypeError("Error: --enable-auto-tool-choice requires --tool-call-parser")
+    if getattr(args, "sse_keep_alive_interval", 0) < 0:
+        raise ValueError("Error: --sse-keep-alive-interval must be a non-negative integer")
+    if getattr(args, "enable_per_request_metrics", False) and getattr(args, "disable_log_stats", False):
+        raise ValueError(f"Error: {args.x} requires statistics")
+    if args.a or args.b:
+        raise ValueError("a condition of another shape")
+    if args.data_parallel_multi_port_external_lb:
+        validate_multi_port_external_lb_args(args)
+'''
+
+
+def test_serve_checks_are_read_from_validate_parsed_serve_args(tmp_path: Path):
+    """Each `if <flags>: raise` of the function becomes a check (requires: X and not Y; excludes:
+    X and Y; a bound: X < 0); every other statement it runs is named in `unread`, never dropped;
+    the subcommand guard, the docstring and a warning are not checks."""
+    wheel = _wheel_of(tmp_path, {"pkg/cli_args.py": SERVE_CHECKS, "pkg/other.py": "def unrelated(): pass\n"})
+    read = enginedata.serve_checks(wheel)
+    assert read["source"] == "pkg/cli_args.py validate_parsed_serve_args"
+    assert [c["when"] for c in read["checks"]] == [
+        [{"dest": "enable_auto_tool_choice", "test": "true"}, {"dest": "tool_call_parser", "test": "false"}],
+        [{"dest": "sse_keep_alive_interval", "test": "lt", "value": 0}],
+        [{"dest": "enable_per_request_metrics", "test": "true"}, {"dest": "disable_log_stats", "test": "true"}],
+    ]
+    assert read["checks"][0]["message"] == "Error: --enable-auto-tool-choice requires --tool-call-parser"
+    assert read["checks"][0]["error"] == "TypeError"
+    assert read["checks"][2]["message"] == "Error: {...} requires statistics"
+    assert [u.split(": ", 1)[1] for u in read["unread"]] == [
+        "validate_chat_template(args.chat_template)",
+        "if args.a or args.b:",
+        "if args.data_parallel_multi_port_external_lb:",
+    ]
+    serve = [
+        {"options": ["--enable-auto-tool-choice", "--no-enable-auto-tool-choice"], "dest": "enable_auto_tool_choice"},
+        {"options": ["--tool-call-parser"], "dest": "tool_call_parser"},
+        {"options": ["-x", "--sse-keep-alive-interval"], "dest": "sse_keep_alive_interval"},
+    ]
+    defaults = {"enable_auto_tool_choice": False, "tool_call_parser": None, "sse_keep_alive_interval": 0}
+    data = json.loads(enginedata.serve_checks_json("9.9.9", read, serve, defaults))
+    assert [c["flag"] for c in data["checks"][0]["when"]] == ["enable-auto-tool-choice", "tool-call-parser"]
+    assert data["checks"][1]["when"][0]["flag"] == "sse-keep-alive-interval"  # the long spelling
+    assert data["checks"][2]["when"][0]["flag"] is None  # no such serve option: a values file cannot set it
+    assert data["defaults"]["tool_call_parser"] is None and data["defaults"]["disable_log_stats"] is None
+
+
+def test_serve_checks_need_exactly_one_definition(tmp_path: Path):
+    wheel = _wheel_of(tmp_path, {"pkg/a.py": "x = 1\n"})
+    with pytest.raises(enginedata.EngineDataError, match="0 definitions of validate_parsed_serve_args"):
+        enginedata.serve_checks(wheel)
+
+
+def test_config_keys_are_the_config_classes_fields():
+    """engine_probe.config_keys on stand-ins of vLLM's config classes: an option whose config
+    field is a config class (alone or `| None`) takes that class's fields; a pydantic class says
+    whether it forbids other keys, a plain dataclass refuses them (its constructor does); config
+    classes among the fields are read one level down; a class inside a dict or list is not the
+    option's keys."""
+    import argparse
+    from dataclasses import dataclass as plain_dataclass
+
+    from mooncake_pd import engine_probe
+
+    @plain_dataclass
+    class PassConfig:
+        fuse_norm_quant: bool = False
+
+    @plain_dataclass
+    class Info:
+        annotation: object
+
+    @plain_dataclass
+    class CompilationConfig:  # a pydantic dataclass as vLLM declares it (extra="forbid")
+        mode: int = 0
+
+    CompilationConfig.__pydantic_config__ = {"extra": "forbid"}  # type: ignore[attr-defined]
+    CompilationConfig.__pydantic_fields__ = {"mode": Info(int), "pass_config": Info(PassConfig)}  # type: ignore[attr-defined]
+
+    @plain_dataclass
+    class VllmConfig:
+        compilation_config: object = None
+
+    VllmConfig.__pydantic_config__ = {}  # type: ignore[attr-defined]
+    VllmConfig.__pydantic_fields__ = {  # type: ignore[attr-defined]
+        "compilation_config": Info(CompilationConfig | None),
+        "speculative_config": Info(PassConfig | None),
+        "limit_mm_per_prompt": Info(dict[str, PassConfig]),
+    }
+    parser = argparse.ArgumentParser()
+    original = engine_probe.keep_sources()
+    try:
+        for name in ("compilation_config", "speculative_config", "limit_mm_per_prompt"):
+            spelling = "--" + name.replace("_", "-")
+            parser.add_argument(spelling, **{engine_probe.SOURCE: (VllmConfig, name)})
+    finally:
+        argparse._ActionsContainer.add_argument = original  # type: ignore[method-assign]
+    keys = engine_probe.config_keys(parser)
+    assert sorted(keys) == ["compilation-config", "speculative-config"]
+    assert keys["compilation-config"]["extra"] == "forbid"
+    assert keys["compilation-config"]["fields"] == ["mode", "pass_config"]
+    assert keys["compilation-config"]["nested"]["pass_config"] == {
+        "class": f"{__name__}.{test_config_keys_are_the_config_classes_fields.__name__}.<locals>.PassConfig",
+        "extra": "forbid",
+        "fields": ["fuse_norm_quant"],
+    }
+    assert "nested" not in keys["speculative-config"]
+
+
+def test_enum_names_are_the_members_in_order():
+    import enum
+
+    from mooncake_pd import engine_probe
+
+    class Backend(enum.Enum):
+        FLASH_ATTN = "a"
+        TRITON_ATTN = "b"
+
+    assert engine_probe.enum_names(Backend | None) == ["FLASH_ATTN", "TRITON_ATTN"]
+    assert engine_probe.enum_names(int | None) == []
+
+
+# In the gate (about 6 s: one import of vLLM's serve parser): the newer files of the v0.13.0 data
+# against the vLLM 0.13.0 the e2e venv installs, without downloading a wheel. The full test above
+# regenerates every version from its wheels.
+def test_the_gate_engines_facts_are_what_its_installed_vllm_says():
+    """config-keys.json and registered-names.json of v0.13.0 from engine_probe.py run on the
+    e2e venv's vLLM 0.13.0, and serve-checks.json from that vLLM's own cli_args.py."""
+    python = paths.e2e_venv(paths.E2E_FIRST_CPU) / "bin" / "python"
+    if not python.is_file():
+        pytest.skip(f"no {python}: make e2e-venv")
+    env = {"VLLM_TARGET_DEVICE": "cpu", "VLLM_LOGGING_LEVEL": "ERROR", "PATH": "/usr/bin:/bin"}
+    done = subprocess.run(
+        [str(python), str(engines_command.PROBE)], capture_output=True, text=True, env=env, timeout=300, check=False
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    found = json.loads(done.stdout)
+    version = found["vllm"]
+    assert version == profiles.load()["engines"][paths.E2E_FIRST_CPU]["vllm"]
+    folder = paths.ENGINE_DATA / paths.E2E_FIRST_CPU
+    assert (folder / "config-keys.json").read_text() == enginedata.config_keys_json(version, found["configKeys"])
+    assert (folder / "registered-names.json").read_text() == enginedata.registered_names_json(
+        version, found["registered"]
+    )
+    site = Path(
+        subprocess.check_output(
+            [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], text=True
+        ).strip()
+    )
+    source = "vllm/entrypoints/openai/cli_args.py"
+    wheel = enginedata.Wheel("installed", "", {source: (site / source).read_text()})
+    checks = enginedata.serve_checks_json(
+        version, enginedata.serve_checks(wheel), found["serve"], found["serveDefaults"]
+    )
+    assert (folder / "serve-checks.json").read_text() == checks

@@ -4,8 +4,12 @@ Runs inside a scratch environment that imports that vLLM (`mooncake-pd engines g
 starts it with the vLLM of the version first on sys.path), so it imports nothing but the
 standard library and vLLM itself; the JSON it prints is what chart/files/engines/<version>/
 holds. `python engine_probe.py` prints {"vllm": ..., "serve": [...], "benchServe": [...],
-"kvTransferConfig": {...}}; a serve option whose vLLM config field declares numeric bounds
-(pydantic `Field(gt=0, le=1)`, annotated_types `Gt`/`Ge`/`Lt`/`Le`) carries them as "bounds".
+"kvTransferConfig": {...}, "configKeys": {...}, "registered": {...}, "serveDefaults": {...}};
+a serve option whose vLLM config field declares numeric bounds (pydantic `Field(gt=0, le=1)`,
+annotated_types `Gt`/`Ge`/`Lt`/`Le`) carries them as "bounds"; configKeys are the keys of each
+JSON option whose config field is a config class (--compilation-config: CompilationConfig's
+fields), registered the names vLLM's registries hold (reasoning and tool-call parsers, attention
+backends), serveDefaults each serve option's default (dest -> value).
 """
 
 from __future__ import annotations
@@ -186,6 +190,117 @@ def kv_transfer_config() -> dict[str, Any]:
     return {"fields": fields, "extra": str(config.get("extra") or "ignore")}
 
 
+def field_types(cls: Any) -> dict[str, Any]:
+    """A config class's fields and their resolved types: pydantic's own record of them, else the
+    dataclass's type hints (a class that cannot resolve them has none)."""
+    import typing
+
+    fields = getattr(cls, "__pydantic_fields__", None)
+    if fields:
+        return {name: info.annotation for name, info in fields.items()}
+    try:
+        hints = typing.get_type_hints(cls)
+    except Exception:  # an unresolved hint: the class's own field list, untyped
+        hints = {}
+    return {f.name: hints.get(f.name) for f in dataclasses.fields(cls)}
+
+
+def config_class(hint: Any) -> Any:
+    """The config class a field's type is, alone or in a union (CompilationConfig,
+    SpeculativeConfig | None), or None: a class inside a dict or list (--limit-mm-per-prompt's
+    per-modality options, --lora-modules' paths) is not the option's keys."""
+    import types
+    import typing
+
+    if isinstance(hint, type) and dataclasses.is_dataclass(hint):
+        return hint
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        found = [config_class(a) for a in typing.get_args(hint) if a is not type(None)]
+        return next((c for c in found if c is not None), None)
+    return None
+
+
+def class_keys(cls: Any, depth: int = 1) -> dict[str, Any]:
+    """A config class's keys as a JSON option takes them: its fields, whether it refuses other
+    keys (pydantic extra="forbid", or a plain dataclass, whose constructor refuses unknown
+    keyword arguments), and, `depth` levels down, the same of each field that is a config class
+    (CompilationConfig.pass_config)."""
+    config = getattr(cls, "__pydantic_config__", None)
+    extra = str((config or {}).get("extra") or "ignore") if config is not None else "forbid"
+    types = field_types(cls)
+    found: dict[str, Any] = {"class": f"{cls.__module__}.{cls.__qualname__}", "extra": extra, "fields": sorted(types)}
+    nested = {}
+    if depth > 0:
+        for name, hint in sorted(types.items()):
+            inner = config_class(hint)
+            if inner is not None:
+                nested[name] = class_keys(inner, depth - 1)
+    if nested:
+        found["nested"] = nested
+    return found
+
+
+def config_keys(parser: argparse.ArgumentParser) -> dict[str, Any]:
+    """Each serve option (first long spelling, without "--") whose config field is a config class,
+    with that class's keys (class_keys): --compilation-config takes CompilationConfig's."""
+    found = {}
+    for action in parser._actions:
+        source = getattr(action, SOURCE, None)
+        longs = [o for o in action.option_strings if o.startswith("--")]
+        if source is None or not longs:
+            continue
+        inner = config_class(field_types(source[0]).get(source[1]))
+        if inner is not None:
+            found[longs[0].removeprefix("--")] = class_keys(inner)
+    return dict(sorted(found.items()))
+
+
+def registered(parser: argparse.ArgumentParser) -> dict[str, list[str]]:
+    """The names vLLM's registries hold, as its start checks them: reasoning parsers
+    (ReasoningParserManager.list_registered), tool-call parsers (ToolParserManager, in
+    vllm.tool_parsers or, before, vllm.entrypoints.openai.tool_parsers) and attention backends
+    (the members of the enum --attention-backend's config field takes)."""
+    import importlib
+
+    from vllm.reasoning import ReasoningParserManager
+
+    tools: Any = None
+    for module in ("vllm.tool_parsers", "vllm.entrypoints.openai.tool_parsers"):
+        try:
+            tools = importlib.import_module(module).ToolParserManager
+            break
+        except (ImportError, AttributeError):
+            continue
+    if tools is None:
+        raise RuntimeError("no ToolParserManager found")
+    backends: list[str] = []
+    for action in parser._actions:
+        source = getattr(action, SOURCE, None)
+        if "--attention-backend" in action.option_strings and source is not None:
+            backends = enum_names(field_types(source[0]).get(source[1]))
+    if not backends:
+        raise RuntimeError("--attention-backend: no enum of backends found on its config field")
+    return {
+        "reasoningParsers": sorted(ReasoningParserManager.list_registered()),
+        "toolCallParsers": sorted(tools.list_registered()),
+        "attentionBackends": backends,
+    }
+
+
+def enum_names(hint: Any) -> list[str]:
+    """The member names of the Enum inside a type (AttentionBackendEnum | None), in its order."""
+    import enum
+    from typing import get_args
+
+    pending = [hint]
+    while pending:
+        current = pending.pop()
+        if isinstance(current, type) and issubclass(current, enum.Enum):
+            return list(current.__members__)
+        pending.extend(get_args(current))
+    return []
+
+
 def pin_cpu_platform() -> None:
     """vLLM picks its platform when first asked; on this machine (no GPU, the CUDA wheel) it finds
     none and refuses to build configs. The parsers and KVTransferConfig are the same on every
@@ -216,6 +331,12 @@ def main() -> int:
         "serve": flags(serve_parser(), defaults=False),
         "benchServe": bench,
         "kvTransferConfig": kv_transfer_config(),
+    }
+    serve = serve_parser()
+    result["configKeys"] = config_keys(serve)
+    result["registered"] = registered(serve)
+    result["serveDefaults"] = {
+        a.dest: plain(a.default) for a in serve._actions if a.option_strings and a.default is not argparse.SUPPRESS
     }
     json.dump(result, sys.stdout, indent=1, sort_keys=False)
     return 0

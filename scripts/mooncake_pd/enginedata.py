@@ -192,3 +192,137 @@ def ascend_json(version: str, wheel: Wheel) -> str:
         "unparsed": trees(wheel)[1],
     }
     return json.dumps(data, indent=1) + "\n"
+
+
+# The function `vllm serve` runs on its parsed arguments before it loads anything
+# (vllm/entrypoints/{openai,launchers,common}/cli_args.py, by version): its `if ...: raise` checks
+# of one flag against another are what serve_checks reads.
+SERVE_CHECKS_FUNCTION = "validate_parsed_serve_args"
+_COMPARISONS = {ast.Lt: "lt", ast.LtE: "le", ast.Gt: "gt", ast.GtE: "ge", ast.Eq: "eq", ast.NotEq: "ne"}
+
+
+def _arg_dest(node: ast.AST) -> str | None:
+    """The dest an expression reads from the parsed arguments: args.X or getattr(args, "X", d)."""
+    if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "args":
+        return node.attr
+    getattr_call = isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "getattr"
+    if getattr_call and len(node.args) >= 2 and isinstance(node.args[0], ast.Name) and node.args[0].id == "args":  # type: ignore[attr-defined]
+        return _string(node.args[1])  # type: ignore[attr-defined]
+    return None
+
+
+def _conditions(test: ast.AST) -> list[dict[str, Any]] | None:
+    """A check's condition as a list of {dest, test[, value]} that must all hold, or None where
+    it is not of the shapes read: args.X (test "true"), not args.X ("false"), args.X <op> a
+    number or string (lt, le, gt, ge, eq, ne), and `and` of those."""
+    if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And):
+        parts = [_conditions(v) for v in test.values]
+        return None if any(p is None for p in parts) else [c for p in parts for c in p or []]
+    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+        dest = _arg_dest(test.operand)
+        return [{"dest": dest, "test": "false"}] if dest else None
+    if isinstance(test, ast.Compare) and len(test.ops) == 1 and type(test.ops[0]) in _COMPARISONS:
+        dest = _arg_dest(test.left)
+        right = test.comparators[0]
+        if dest and isinstance(right, ast.Constant) and isinstance(right.value, (int, float, str)):
+            return [{"dest": dest, "test": _COMPARISONS[type(test.ops[0])], "value": right.value}]
+        return None
+    dest = _arg_dest(test)
+    return [{"dest": dest, "test": "true"}] if dest else None
+
+
+def _message(node: ast.Raise) -> str:
+    """A raise's message: its literal text, or its source where it is built."""
+    exc = node.exc
+    if isinstance(exc, ast.Call) and exc.args:
+        text = _string(exc.args[0])
+        if text is None and isinstance(exc.args[0], ast.JoinedStr):
+            text = "".join(_string(v) or "{...}" for v in exc.args[0].values)
+        return text if text is not None else ast.unparse(exc.args[0])
+    return ast.unparse(exc) if exc else ""
+
+
+def serve_checks(wheel: Wheel) -> dict[str, Any]:
+    """The checks of validate_parsed_serve_args in a vllm wheel: where it is, each `if <flags>:
+    raise` it makes ({when: [{dest, test[, value]}], error, message, line}), and each other
+    statement it runs that these data do not hold (a call of another validator, a condition of
+    another shape), by line and source, so that nothing is dropped unseen. The guard that
+    returns for other subcommands, docstrings and warnings are not checks."""
+    found = [
+        (path, node)
+        for path, tree in trees(wheel)[0].items()
+        for node in tree.body
+        if isinstance(node, ast.FunctionDef) and node.name == SERVE_CHECKS_FUNCTION
+    ]
+    if len(found) != 1:
+        raise EngineDataError(f"{wheel.name}: {len(found)} definitions of {SERVE_CHECKS_FUNCTION}, expected one")
+    path, function = found[0]
+    checks, unread = [], []
+    for statement in function.body:
+        if isinstance(statement, ast.Expr) and isinstance(statement.value, ast.Constant):
+            continue  # the docstring
+        if isinstance(statement, ast.If) and all(isinstance(s, ast.Return) for s in statement.body):
+            continue  # another subcommand's arguments are not checked
+        if isinstance(statement, ast.If) and all(_is_warning(s) for s in statement.body):
+            continue  # a warning refuses nothing
+        check = _check(statement) if isinstance(statement, ast.If) else None
+        if check is not None:
+            checks.append(check)
+        else:
+            unread.append(f"line {statement.lineno}: {ast.unparse(statement).splitlines()[0]}")
+    return {"source": f"{path} {SERVE_CHECKS_FUNCTION}", "checks": checks, "unread": unread}
+
+
+def _check(statement: ast.If) -> dict[str, Any] | None:
+    """`if <condition of the shapes read>: raise E("message")` (no else) as a check, else None."""
+    first = statement.body[0]
+    when = _conditions(statement.test)
+    if not isinstance(first, ast.Raise) or when is None or statement.orelse:
+        return None
+    error = first.exc.func if isinstance(first.exc, ast.Call) else first.exc
+    name = error.id if isinstance(error, ast.Name) else (ast.unparse(error) if error else "")
+    return {"when": when, "error": name, "message": _message(first), "line": statement.lineno}
+
+
+def _is_warning(statement: ast.stmt) -> bool:
+    """logger.warning(...) and the like: a statement that only logs."""
+    return (
+        isinstance(statement, ast.Expr)
+        and isinstance(statement.value, ast.Call)
+        and isinstance(statement.value.func, ast.Attribute)
+        and statement.value.func.attr in ("warning", "warning_once", "info", "debug")
+    )
+
+
+def serve_checks_json(
+    vllm: str, read: Mapping[str, Any], serve: list[dict[str, Any]], defaults: Mapping[str, Any]
+) -> str:
+    """serve-checks.json: serve_checks' checks with each dest as the option a values file sets
+    (its first long spelling without "--"; null where `vllm serve` has no such option) and the
+    default vLLM's parser gives each dest they read (what an unset flag holds)."""
+    options = {
+        row["dest"]: next(o for o in row["options"] if o.startswith("--"))[2:] for row in serve if row["options"]
+    }
+    checks = []
+    for check in read["checks"]:
+        when = [{"flag": options.get(c["dest"]), **c} for c in check["when"]]
+        checks.append({**check, "when": when})
+    dests = sorted({c["dest"] for check in read["checks"] for c in check["when"]})
+    data = {
+        "vllm": vllm,
+        "source": read["source"],
+        "checks": checks,
+        "defaults": {d: defaults.get(d) for d in dests},
+        "unread": read["unread"],
+    }
+    return json.dumps(data, indent=1) + "\n"
+
+
+def config_keys_json(vllm: str, keys: Mapping[str, Any]) -> str:
+    """config-keys.json: per JSON option, its config class's keys (engine_probe.config_keys)."""
+    return json.dumps({"vllm": vllm, "options": keys}, indent=1) + "\n"
+
+
+def registered_names_json(vllm: str, names: Mapping[str, list[str]]) -> str:
+    """registered-names.json: the names vLLM's registries hold (engine_probe.registered)."""
+    return json.dumps({"vllm": vllm, **names}, indent=1) + "\n"

@@ -31,7 +31,15 @@ WHEELS = ENGINES / "wheels"
 # the release has no e2e venv of its own (probe_python).
 PROBE_PYTHON = paths.e2e_venv(paths.E2E_FIRST_CPU) / "bin" / "python"
 PROBE = paths.PACKAGE / "engine_probe.py"
-FILES = ("serve-flags.json", "bench-serve-flags.json", "kv-transfer-config.json", "metrics.txt")
+FILES = (
+    "serve-flags.json",
+    "bench-serve-flags.json",
+    "kv-transfer-config.json",
+    "metrics.txt",
+    "config-keys.json",
+    "registered-names.json",
+    "serve-checks.json",
+)
 
 
 def wheel(project: str, version: str) -> Path:
@@ -64,9 +72,12 @@ def unpacked(path: Path, version: str) -> Path:
 
 def probe_python(version: str) -> Path:
     """The Python that imports vLLM `version`'s parsers: the release's own e2e venv, where the e2e
-    runs its CPU build (paths.later_cpu_releases), else vLLM 0.13.0's with overlay()."""
-    if f"v{version}" in paths.later_cpu_releases():
-        return paths.e2e_venv(f"v{version}") / "bin" / "python"
+    runs its CPU build (paths.later_cpu_releases) and it is installed, else vLLM 0.13.0's with
+    overlay() (requirements-engine-probe-<version>.txt pins what that release's parsers need
+    beyond it; its data came out byte-identical either way at 0.32.0)."""
+    own = paths.e2e_venv(f"v{version}") / "bin" / "python"
+    if f"v{version}" in paths.later_cpu_releases() and own.is_file():
+        return own
     return PROBE_PYTHON
 
 
@@ -124,6 +135,16 @@ def source_md(version: str, row: dict, wheels: list[Path], digests: dict[str, st
         "- `kv-transfer-config.json`: `vllm.config.KVTransferConfig`'s fields and defaults, and `extra`",
         "  (forbid: vLLM refuses any other key of --kv-transfer-config at start).",
         f"- `metrics.txt`: the metric families the chart reads, as `{enginedata.METRICS_SOURCE}` registers them.",
+        "- `config-keys.json`: per `vllm serve` option whose config field is a config class (--compilation-config,",
+        "  --speculative-config, ...), that class's fields, nested config classes' one level down, and `extra`",
+        "  (forbid: vLLM refuses any other key at start; ignore: it drops it without a word); read from the",
+        "  classes themselves (pydantic `__pydantic_fields__`, `__pydantic_config__`).",
+        "- `registered-names.json`: the reasoning parsers (`ReasoningParserManager.list_registered()`), tool-call",
+        "  parsers (`ToolParserManager.list_registered()`) and attention backends (the enum --attention-backend's",
+        "  config field takes) this vLLM holds; its API server refuses other parser names at start.",
+        f"- `serve-checks.json`: the checks `{enginedata.SERVE_CHECKS_FUNCTION}` makes on the parsed flags before",
+        "  anything loads (which flag requires or excludes which), read from its source; `unread` names the",
+        "  statements it runs that these data do not hold.",
     ]
     if row.get("vllmAscend"):
         lines += [
@@ -137,7 +158,9 @@ def source_md(version: str, row: dict, wheels: list[Path], digests: dict[str, st
 def generate(version: str, row: dict) -> dict[str, str]:
     """The files of chart/files/engines/<version>/ (name -> text), read from the packages."""
     vllm_wheel = wheel("vllm", row["vllm"])
-    found = probe(unpacked(vllm_wheel, row["vllm"]), overlay(row["vllm"]), probe_python(row["vllm"]))
+    python = probe_python(row["vllm"])
+    extra = overlay(row["vllm"]) if python == PROBE_PYTHON else []
+    found = probe(unpacked(vllm_wheel, row["vllm"]), extra, python)
     if found["vllm"] != row["vllm"]:
         raise EngineDataError(f"the probe imported vLLM {found['vllm']}, not {row['vllm']}")
     vllm_sources = enginedata.read_wheel(vllm_wheel, "vllm/")
@@ -147,6 +170,11 @@ def generate(version: str, row: dict) -> dict[str, str]:
         "kv-transfer-config.json": enginedata.kv_transfer_json(row["vllm"], found["kvTransferConfig"]),
         "metrics.txt": enginedata.metrics_text(
             enginedata.registered_metrics(vllm_sources), row["vllm"], vllm_wheel.name
+        ),
+        "config-keys.json": enginedata.config_keys_json(row["vllm"], found["configKeys"]),
+        "registered-names.json": enginedata.registered_names_json(row["vllm"], found["registered"]),
+        "serve-checks.json": enginedata.serve_checks_json(
+            row["vllm"], enginedata.serve_checks(vllm_sources), found["serve"], found["serveDefaults"]
         ),
     }
     wheels = [vllm_wheel]
