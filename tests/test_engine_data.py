@@ -340,3 +340,17 @@ def test_the_gate_engines_facts_are_what_its_installed_vllm_says():
         version, enginedata.serve_checks(wheel), found["serve"], found["serveDefaults"]
     )
     assert (folder / "serve-checks.json").read_text() == checks
+
+
+def test_words_beside_the_enum_are_asked_of_the_class():
+    """engine_probe.accepts builds the config class with the word: "auto" is recorded for
+    --attention-backend only where the class takes it (vLLM >= 0.18), never assumed."""
+    from mooncake_pd import engine_probe
+
+    class Takes:
+        def __init__(self, backend: str | None = None):
+            if backend not in (None, "auto", "FLASH_ATTN"):
+                raise ValueError(backend)
+
+    assert engine_probe.accepts(Takes, "backend", "auto")
+    assert not engine_probe.accepts(Takes, "backend", "nope")

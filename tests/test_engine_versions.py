@@ -18,6 +18,7 @@ import yaml
 from conftest import Rendered, Renderer, assert_valid
 from mooncake_pd import engines, generate, paths, profiles, summary, topology, vllmflags
 from mooncake_pd import model as modelmod
+from mooncake_pd.commands import engines as engines_command
 
 VERSIONS = list(profiles.load()["engines"])
 ASCEND = ("v0.13.0", "v0.18.0", "v0.23.0")
@@ -55,7 +56,7 @@ def test_every_version_has_its_packages_data():
     for version, row in profiles.load()["engines"].items():
         folder = paths.ENGINE_DATA / version
         names = {p.name for p in folder.iterdir()}
-        expected = {"SOURCE.md", "serve-flags.json", "bench-serve-flags.json", "kv-transfer-config.json", "metrics.txt"}
+        expected = {"SOURCE.md", *engines_command.FILES}
         assert names == expected | ({"vllm-ascend.json"} if row["vllmAscend"] else set()), version
         assert json.loads((folder / "serve-flags.json").read_text())["vllm"] == row["vllm"]
         assert f"vllm-{row['vllm']}-" in (folder / "SOURCE.md").read_text()

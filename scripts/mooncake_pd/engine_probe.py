@@ -274,17 +274,34 @@ def registered(parser: argparse.ArgumentParser) -> dict[str, list[str]]:
     if tools is None:
         raise RuntimeError("no ToolParserManager found")
     backends: list[str] = []
+    words: list[str] = []
     for action in parser._actions:
         source = getattr(action, SOURCE, None)
         if "--attention-backend" in action.option_strings and source is not None:
             backends = enum_names(field_types(source[0]).get(source[1]))
+            words = [w for w in WORDS if accepts(source[0], source[1], w)]
     if not backends:
         raise RuntimeError("--attention-backend: no enum of backends found on its config field")
     return {
         "reasoningParsers": sorted(ReasoningParserManager.list_registered()),
         "toolCallParsers": sorted(tools.list_registered()),
         "attentionBackends": backends,
+        "attentionBackendWords": words,
     }
+
+
+# Words a config field may take beside its enum's member names (vLLM >= 0.33 reads "auto" for
+# --attention-backend as automatic selection); each is offered to the class itself (accepts).
+WORDS = ("auto",)
+
+
+def accepts(cls: Any, name: str, word: str) -> bool:
+    """Whether the config class takes `word` for field `name` (built with that field alone)."""
+    try:
+        cls(**{name: word})
+    except Exception:  # a refusal, whichever exception the class raises
+        return False
+    return True
 
 
 def enum_names(hint: Any) -> list[str]:
