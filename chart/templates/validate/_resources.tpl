@@ -1,5 +1,6 @@
 {{/*
-Rules of resources: requests at most limits, and a device (an extended resource, domain/name)
+Rules of resources (the engines', the sidecars', the proxy's, the canary's, the download's and
+the benchmark's): requests at most limits, and a device (an extended resource, domain/name)
 or hugepages requested only with an equal limit, as the API server has it (k8s.io/kubernetes
 v1.34.2 pkg/apis/core/validation/validation.go ValidateResourceRequirements: these cannot be
 overcommitted; found by the fuzz against the local cluster). The API server refuses such a pod,
@@ -10,6 +11,11 @@ but inside a ModelServing it would only show as Kthena's failed pod creation.
 {{- /* The engines' as rendered: the profile's CPU and memory where the role gives none. */ -}}
 {{- $engines := dict "prefill" (include "mooncake-pd.resources.engine" (dict "root" $ "role" "prefill") | fromJson) "decode" (include "mooncake-pd.resources.engine" (dict "root" $ "role" "decode") | fromJson) }}
 {{- $resourceSets := dict "prefill.resources" $engines.prefill "decode.resources" $engines.decode "proxy.resources" .Values.proxy.resources "test.resources" .Values.test.resources "model.download.resources" .Values.model.download.resources "benchmark.resources" .Values.benchmark.resources }}
+{{- /* The sidecars' (engine.extraContainers) under the same rules: the API server checks every
+container of the engine pods alike. */ -}}
+{{- range $i, $container := .Values.engine.extraContainers | default list }}
+{{- $_ := set $resourceSets (printf "engine.extraContainers[%d].resources" $i) ($container.resources | default dict) }}
+{{- end }}
 {{- range $key, $resources := $resourceSets }}
 {{- $limits := ($resources | default dict).limits | default dict }}
 {{- range $name, $request := ($resources | default dict).requests | default dict }}

@@ -7,9 +7,18 @@ and the capability CAP_SYS_ADMIN. Found by applying fuzzed values to the API ser
 */}}
 {{- define "mooncake-pd.validate.security" -}}
 {{- $errors := list -}}
+{{- /* Each component's container security context, and each sidecar's (engine.extraContainers),
+which the API server checks alike. */ -}}
+{{- $contexts := list }}
 {{- range $component := list "engine" "proxy" "test" "benchmark" }}
-{{- $context := (index $.Values $component).securityContext | default dict }}
-{{- $key := printf "%s.securityContext" $component }}
+{{- $contexts = append $contexts (list (printf "%s.securityContext" $component) ((index $.Values $component).securityContext | default dict)) }}
+{{- end }}
+{{- range $i, $container := .Values.engine.extraContainers | default list }}
+{{- $contexts = append $contexts (list (printf "engine.extraContainers[%d].securityContext" $i) ($container.securityContext | default dict)) }}
+{{- end }}
+{{- range $pair := $contexts }}
+{{- $key := index $pair 0 }}
+{{- $context := index $pair 1 }}
 {{- if eq (toString (get $context "allowPrivilegeEscalation")) "false" }}
 {{- if eq (toString (get $context "privileged")) "true" }}
 {{- $errors = append $errors (printf "%s: privileged true with allowPrivilegeEscalation false, which the API server refuses; set %s.allowPrivilegeEscalation to true alongside privileged" $key $key) }}
