@@ -76,9 +76,10 @@ kvTransfer's keys). JSON list. */}}
 {{- printf "%s: not a key of vLLM %s's %s (--%s; chart/%s), which %s; %s; use one of %s" .where .vllm $name .flag .file $fate .at (join ", " .class.fields) -}}
 {{- end }}
 
-{{/* Names vLLM looks up in its registries when its API server starts (validate_api_server_args
-at every version; files/engines/<version>/registered-names.json): a reasoning parser
-(--reasoning-parser, or structured-outputs-config's reasoning_parser) it does not hold, a
+{{/* Names vLLM looks up in its registries at start (files/engines/<version>/registered-names.json):
+a reasoning parser (--reasoning-parser, or structured-outputs-config's reasoning_parser; the API
+server's validate_api_server_args, the chat server and the structured-output manager look it up,
+KeyError) it does not hold, a
 tool-call parser it does not hold beside --enable-auto-tool-choice (only then does it look), and
 an attention backend that is not a member of its enum (AttentionConfig parses the name, upper-cased,
 at start). A --reasoning-parser-plugin or --tool-parser-plugin may register more names: with one,
@@ -103,7 +104,7 @@ that kind of name is not checked. JSON list. */}}
 {{- range $pair := $found }}
 {{- $name := toString (index $pair 1) }}
 {{- if not (has $name $names.reasoningParsers) }}
-{{- $errors = append $errors (printf "%s: %q is not a reasoning parser vLLM %s registers, and its API server refuses it at start (\"invalid reasoning parser\"; chart/%s); %s; use one of %s, or name the plugin that registers it in %s.args.reasoning-parser-plugin" (include "mooncake-pd.validate.engineRuleKey" (merge (dict "operand" (index $pair 0)) $key)) $name $engine.vllm $file $at (join ", " $names.reasoningParsers) $role) }}
+{{- $errors = append $errors (printf "%s: %q is not a reasoning parser vLLM %s registers (chart/%s), and it fails the start where vLLM looks it up (KeyError: \"invalid reasoning parser\", \"not found\"); %s; use one of %s, or name the plugin that registers it in %s.args.reasoning-parser-plugin" (include "mooncake-pd.validate.engineRuleKey" (merge (dict "operand" (index $pair 0)) $key)) $name $engine.vllm $file $at (join ", " $names.reasoningParsers) $role) }}
 {{- end }}
 {{- end }}
 {{- end }}
