@@ -2,7 +2,8 @@
 Rules of the sidecars (engine.extraContainers) that the API server checks on the Pod Kthena
 creates from a ModelServing, where a refusal shows only as Kthena's failed pod creation (k8s.io/
 kubernetes v1.34.2 pkg/apis/core/validation/validation.go validateContainers ->
-validateContainerCommon): an image (validateContainers: "image: Required value"), port names
+validateContainerCommon): an image (validateContainers: "image: Required value") the kubelet
+can parse (InvalidImageName otherwise: the API server admits it), port names
 that are IANA service names (validateContainerPorts -> ValidatePortName -> IsValidPortName: at
 most 15 characters, lowercase letters, digits and '-', a letter among them, no '-' at either end
 or twice in a row) and unique within the container, and env entries as ValidateEnv ->
@@ -15,11 +16,19 @@ context pairs (validate.security), names, mounts and ports against the engine's
 */}}
 {{- define "mooncake-pd.validate.sidecars" -}}
 {{- $errors := list -}}
+{{- /* An image reference as the kubelet parses it (github.com/distribution/reference regexp.go,
+which ParseNormalizedNamed applies): [domain[:port]/]path[:tag][@digest], each path component
+lowercase; a first component with an upper-case letter counts as a domain, as there. */ -}}
+{{- $component := "[a-z0-9]+(?:(?:[._]|__|[-]+)[a-z0-9]+)*" -}}
+{{- $domain := "(?:[a-zA-Z0-9]|[a-zA-Z0-9][a-zA-Z0-9-]*[a-zA-Z0-9])(?:[.](?:[a-zA-Z0-9]|[a-zA-Z0-9][a-zA-Z0-9-]*[a-zA-Z0-9]))*(?::[0-9]+)?" -}}
+{{- $reference := printf "^(?:%s/)?%s(?:/%s)*(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?(?:@[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9a-fA-F]{32,})?$" $domain $component $component -}}
 {{- $envFields := list "metadata.name" "metadata.namespace" "metadata.uid" "spec.nodeName" "spec.serviceAccountName" "status.hostIP" "status.hostIPs" "status.podIP" "status.podIPs" -}}
 {{- range $i, $container := .Values.engine.extraContainers | default list }}
 {{- $key := printf "engine.extraContainers[%d]" $i }}
 {{- if not $container.image }}
 {{- $errors = append $errors (printf "%s.image: not set, and the API server refuses a container without an image (the pod is never created); give the sidecar's image" $key) }}
+{{- else if not (regexMatch $reference (toString $container.image)) }}
+{{- $errors = append $errors (printf "%s.image: %q is not an image reference the kubelet can parse (distribution/reference: lowercase repository path, optional :tag and @digest), so the pod never starts (InvalidImageName); write the repository in lowercase, e.g. %q" $key (toString $container.image) (lower (toString $container.image))) }}
 {{- end }}
 {{- $names := dict }}
 {{- range $j, $port := $container.ports | default list }}
