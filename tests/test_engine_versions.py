@@ -464,7 +464,7 @@ def test_the_tooling_picks_the_version_as_the_chart_does():
     for values, expected in cases:
         assert profiles.engine_version(values) == expected, values
     assert profiles.tag_version("v0.23.0rc1") == "" and profiles.tag_version("latest") == ""
-    assert profiles.versions_for("nvidia") == ["v0.13.0", "v0.18.0", "v0.23.0", "v0.32.0", "v0.33.0"]
+    assert profiles.versions_for("nvidia") == ["v0.13.0", "v0.18.0", "v0.23.0", "v0.32.0", "v0.33.0", "v0.34.0"]
     assert profiles.versions_for("ascend-a3") == ["v0.13.0", "v0.18.0", "v0.23.0"]
 
 
@@ -544,14 +544,15 @@ def test_two_way_flags_are_on_and_off_pairs(version: str):
 
 
 # vLLM's NixlConnector roles per version: kv_both until 0.18; from 0.23 kv_both "is deprecated
-# and will be removed in a future release" (vllm-0.23.0 nixl/connector.py ~97-104; 0.32 and
-# 0.33 the same), so prefill produces and decode consumes.
+# and will be removed in a future release" (vllm-0.23.0 nixl/connector.py ~97-104; 0.32,
+# 0.33 and 0.34 the same), so prefill produces and decode consumes.
 NIXL_ROLES = {
     "v0.13.0": {"prefill": "kv_both", "decode": "kv_both"},
     "v0.18.0": {"prefill": "kv_both", "decode": "kv_both"},
     "v0.23.0": {"prefill": "kv_producer", "decode": "kv_consumer"},
     "v0.32.0": {"prefill": "kv_producer", "decode": "kv_consumer"},
     "v0.33.0": {"prefill": "kv_producer", "decode": "kv_consumer"},
+    "v0.34.0": {"prefill": "kv_producer", "decode": "kv_consumer"},
 }
 
 
@@ -660,9 +661,9 @@ def test_bounds_come_from_vllms_config_fields(version: str):
     assert flags["--max-num-seqs"]["bounds"]["ge"] == 1
     assert flags["--max-num-batched-tokens"]["bounds"]["ge"] == 1
     # --kv-cache-dtype is CacheConfig.cache_dtype: no bound; choices where the parser has them
-    # (0.33 types it CacheDType | str and checks it in a validator instead).
+    # (0.33 and 0.34 type it CacheDType | str and check it in a validator instead).
     assert "bounds" not in flags["--kv-cache-dtype"]
-    assert version == "v0.33.0" or "auto" in flags["--kv-cache-dtype"]["choices"]
+    assert version in ("v0.33.0", "v0.34.0") or "auto" in flags["--kv-cache-dtype"]["choices"]
 
 
 # vLLM's own config classes on the chart's flags (runtime conformance, in the e2e venv's vLLM

@@ -964,7 +964,7 @@ UNSUPPORTED = [
     (
         "gpt-oss-20b",
         ["--engine-version", "v0.13.0"],
-        " or --accelerator nvidia (v0.13.0, v0.18.0, v0.23.0, v0.32.0, v0.33.0)",
+        " or --accelerator nvidia (v0.13.0, v0.18.0, v0.23.0, v0.32.0, v0.33.0, v0.34.0)",
     ),
     # Llama 4: ❌ in vLLM-Ascend's matrix at every tag; NVIDIA runs it.
     (

@@ -94,8 +94,8 @@ def test_the_component_versions_come_from_the_profiles_engine_rows():
 # Hand-checked against the records' ranges (advisories.yaml) and profiles.yaml's component
 # versions, in the most open layout (host network, no NetworkPolicy, an API key set):
 # vLLM 0.13.0 and 0.18.0 lie below 0.22.0 (CVE-2026-48746, the key bypass); vLLM 0.13.0-0.23.0 lie
-# at or below 0.29.0 (CVE-2026-94622 NIXL, -94625 and -94627 upstream MooncakeConnector); 0.32.0 and
-# 0.33.0 are past both. The Ascend images ship Mooncake 0.3.7.post2, 0.3.9, 0.3.11.post1, all below
+# at or below 0.29.0 (CVE-2026-94622 NIXL, -94625 and -94627 upstream MooncakeConnector); 0.32.0, 0.33.0
+# and 0.34.0 are past both. The Ascend images ship Mooncake 0.3.7.post2, 0.3.9, 0.3.11.post1, all below
 # 0.3.13 (CVE-2026-103764); vLLM's images carry no recorded Mooncake ("?": may apply).
 MOST_OPEN = {
     ("ascend-a3", "v0.13.0", "MooncakeConnectorV1"): {"CVE-2026-48746", "CVE-2026-103764"},
@@ -124,6 +124,8 @@ MOST_OPEN = {
     ("nvidia", "v0.32.0", "MooncakeConnector"): {"CVE-2026-103764 ?"},
     ("nvidia", "v0.33.0", "NixlConnector"): set(),
     ("nvidia", "v0.33.0", "MooncakeConnector"): {"CVE-2026-103764 ?"},
+    ("nvidia", "v0.34.0", "NixlConnector"): set(),
+    ("nvidia", "v0.34.0", "MooncakeConnector"): {"CVE-2026-103764 ?"},
     ("cpu", "v0.13.0", "NixlConnector"): {"CVE-2026-48746", "CVE-2026-94622"},
     ("cpu", "v0.13.0", "MooncakeConnector"): {
         "CVE-2026-48746",
