@@ -263,11 +263,11 @@ def main(argv: list[str]) -> int:
     if found:
         lines = [f"{PREFIX} {line}" for line in found]
         print("\n".join(lines), file=sys.stderr)
-        with (
-            contextlib.suppress(OSError),
-            open(host_path(settings.get("terminationLog", "/dev/termination-log")), "w") as log,
-        ):
-            log.write("\n".join(lines) + "\n")
+        try:
+            with open(host_path(settings.get("terminationLog", "/dev/termination-log")), "w") as log:
+                log.write("\n".join(lines) + "\n")
+        except OSError:
+            pass
         return EX_CONFIG
     print(
         f"{PREFIX} ok: {settings['role']}: vLLM {here} accepts the {len(groups(serve))} flags ({seconds:.1f} s)",

@@ -244,7 +244,7 @@ the script's. */}}
 {{- $preflight := .root.Values.engine.preflight -}}
 {{- if and $preflight.enabled $preflight.checks.engineArgs }}
 # vLLM judges these words first (engine.preflight.checks.engineArgs): its own parser and config
-# checks, no model load and no device, about 5 s; a refusal exits 78 naming the values key.
+# checks, no model load and no device, about 6 s of CPU; a refusal exits 78 naming the values key.
 python3 "$(dirname "$0")/engine_args.py" {{ include "mooncake-pd.util.shellQuote" (include "mooncake-pd.script.engineCheckSettings" .) }} "${serve_args[@]}"
 {{- end }}
 {{- end }}

@@ -139,7 +139,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="also run each engine start script's engine check as a pod would: that vLLM's own parser and "
         "config checks on the exact `vllm serve` argv, refusing with the values key; with PYTHON (a python or a "
         "venv with the values' vLLM version), or without it the venv of that version here (.tools/e2e for "
-        "0.13.0). About 5 s per start script",
+        "0.13.0). About 6 s of CPU per start script",
     )
     cli.add_release_options(render, default=paths.RELEASE, what="the name the objects are rendered under")
     render.set_defaults(func=run)
