@@ -172,19 +172,23 @@ def flag_name(word: str) -> str:
 
 
 def culprits(engine: Engine, argv: list[str], message: str) -> list[tuple[int, int]]:
-    """The flags a refusal is about: those whose removal alone makes this refusal go (vLLM then
-    accepts the rest, or refuses something else, which the next round names), else those the
-    message names (as --flag, field_name or "field name")."""
-    found = [(s, e) for s, e in groups(argv) if engine.judge(argv[:s] + argv[e:]) != message]
-    if found:
-        return found
+    """The flags a refusal is about, asking vLLM again: those whose removal alone makes vLLM
+    accept the rest; else (another refusal remains) those the message names, as --flag,
+    field_name or "field name"; else those whose removal makes this refusal go (vLLM then refuses
+    something else, which the next round names). Named before merely changed: removing a flag can
+    also bring an earlier check's refusal forward, which would blame it for this one."""
+    flags = groups(argv)
+    answers = {span: engine.judge(argv[: span[0]] + argv[span[1] :]) for span in flags}
+    passing = [span for span in flags if not answers[span]]
+    if passing:
+        return passing
     named = []
-    for s, e in groups(argv):
+    for s, e in flags:
         name = flag_name(argv[s])
         spellings = {f"--{name}", name.replace("-", "_"), name.replace("-", " ")}
         if any(re.search(rf"(?<![\w-]){re.escape(spelling)}(?![\w-])", message) for spelling in spellings):
             named.append((s, e))
-    return named
+    return named or [span for span in flags if answers[span] != message]
 
 
 def key_of(settings: dict, word: str) -> str:

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from mooncake_pd import engines, paths, scriptrun
-from mooncake_pd.errors import FAILED, MooncakePdError
+from mooncake_pd.errors import MooncakePdError
 from mooncake_pd.manifests import Manifest, one
 
 PROGRAM = "engine_args.py"
@@ -27,9 +27,9 @@ VERSION_LABEL = "mooncake-pd/engine-version"
 
 
 class EngineCheckError(MooncakePdError):
-    """The check could not run: no venv of that version, or a script that failed otherwise."""
-
-    exit_code = FAILED
+    """The check could not run (a missing tool, as errors.BAD_INPUT says): no venv of that
+    version, checks turned off, or a script that failed otherwise. Refusals are not errors: render
+    prints them and exits 1."""
 
 
 @dataclass(frozen=True)
