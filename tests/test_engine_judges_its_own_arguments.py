@@ -8,7 +8,8 @@ The gate's tests here need no vLLM (a stand-in python3 records what the check is
 refusal logic runs against a stand-in engine) except one, which runs vLLM 0.13.0 CPU (the e2e
 venv, the e2e image's Python) on the classes issue 54 found: one import of vLLM, ~6 s of CPU
 (14 s wall at load 4 on this 2-core machine). `render --engine-check` on every values file runs
-vLLM once per start script (65-78 s a values file under load 12) and is marked `full`."""
+vLLM once per start script (13-29 s a values file at load 2, 65-78 s at load 12) and is marked
+`full`."""
 
 from __future__ import annotations
 
