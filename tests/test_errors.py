@@ -29,6 +29,7 @@ EXIT_CODES = {
     "mooncake_pd.clusterreport.Forbidden": FAILED,
     "mooncake_pd.clusterreport.PreflightError": BAD_INPUT,
     "mooncake_pd.docs.DocsError": BAD_INPUT,
+    "mooncake_pd.enginecheck.EngineCheckError": BAD_INPUT,
     "mooncake_pd.enginedata.EngineDataError": FAILED,
     "mooncake_pd.errors.MooncakePdError": BAD_INPUT,
     "mooncake_pd.topology.GenerateError": BAD_INPUT,

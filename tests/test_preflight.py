@@ -6,6 +6,7 @@ values key and the fix, the same line in the termination log; and `verify` shows
 
 from __future__ import annotations
 
+import ast
 import json
 import re
 import socket
@@ -17,7 +18,7 @@ from typing import Any
 import pytest
 
 from conftest import Renderer
-from mooncake_pd import engines, scriptrun, verify
+from mooncake_pd import engines, paths, scriptrun, verify
 from support import nodes
 
 EX_CONFIG = 78
@@ -356,6 +357,15 @@ def test_verify_shows_the_refusal_as_the_reason(render: Renderer):
     ]
     assert not check.ok
     assert check.detail.endswith(f"deepseek-pd-0-prefill-0-0: {line}")
+
+
+@pytest.mark.parametrize("program", ["preflight.py", "engine_args.py", "kv_transfer_config.py"])
+def test_the_start_scripts_helpers_are_python_3_8(program: str):
+    """The helpers a start script runs with the image's own python3 promise Python 3.8+ (their
+    docstrings): their grammar is 3.8's (ruff formats for 3.10 and would write, for instance,
+    parenthesized context managers, a 3.9 grammar). Library calls newer than 3.8 this does not see."""
+    source = (paths.CHART / "files" / program).read_text()
+    ast.parse(source, filename=program, feature_version=(3, 8))
 
 
 def test_a_scripts_python3_is_this_python_without_site():

@@ -176,6 +176,7 @@ def test_worker_pods_run_no_server(render: Renderer):
         "decode.sh",
         "decode-worker.sh",
         "preflight.py",
+        "engine_args.py",
         "kv_transfer_config.py",
         "chat_check.py",
         "kv_canary.py",

@@ -190,6 +190,9 @@ spec:
     {{- if $root.Values.engine.preflight.enabled }}
     {{- include "mooncake-pd.programs.mount" "preflight.py" | nindent 4 }}
     {{- end }}
+    {{- if include "mooncake-pd.programs.engineCheck" $root }}
+    {{- include "mooncake-pd.programs.mount" "engine_args.py" | nindent 4 }}
+    {{- end }}
     {{- with $root.Values.engine.extraVolumeMounts }}
     {{- toYaml . | nindent 4 }}
     {{- end }}

@@ -4,8 +4,8 @@ is a key of the scripts ConfigMap, mounted at /workspace/<name> where it runs.
 */}}
 
 {{/* The programs this release's pods run, as JSON: ConfigMap key -> text. Every engine runs
-kv_transfer_config.py (and preflight.py with engine.preflight.enabled, download_model.py in the
-download init container); the helm test pod chat_check.py (and kv_canary.py, which the canary's CronJob runs too); the
+kv_transfer_config.py (and preflight.py with engine.preflight.enabled, engine_args.py with its
+checks.engineArgs too, download_model.py in the download init container); the helm test pod chat_check.py (and kv_canary.py, which the canary's CronJob runs too); the
 benchmark Job bench_result.py; the PD proxy proxy_guard.py. */}}
 {{- define "mooncake-pd.programs.files" -}}
 {{- $names := include "mooncake-pd.programs.engine" . | fromJsonArray -}}
@@ -31,9 +31,11 @@ list): the guard, and the vendored proxy where its image lacks it
 {{- end }}
 
 {{/* The programs an engine pod runs besides the preflight (which has a checksum of its own):
-kv_transfer_config.py, and download_model.py in the download init container. JSON list. */}}
+kv_transfer_config.py, engine_args.py where the engine check runs, and download_model.py in
+the download init container. JSON list. */}}
 {{- define "mooncake-pd.programs.engine" -}}
 {{- $names := list "kv_transfer_config.py" -}}
+{{- if include "mooncake-pd.programs.engineCheck" . }}{{ $names = append $names "engine_args.py" }}{{ end -}}
 {{- if eq .Values.model.storage.type "download" }}{{ $names = append $names "download_model.py" }}{{ end -}}
 {{- toJson $names -}}
 {{- end }}
@@ -60,4 +62,10 @@ kv_transfer_config.py, and download_model.py in the download init container. JSO
 {{- $texts := list -}}
 {{- range $name := .names }}{{ $texts = append $texts ($.root.Files.Get (printf "files/%s" $name)) }}{{ end -}}
 {{- join "\n" $texts | sha256sum -}}
+{{- end }}
+
+{{/* "true" where the engines run the engine check (files/engine_args.py): engine.preflight.enabled
+and its checks.engineArgs. */}}
+{{- define "mooncake-pd.programs.engineCheck" -}}
+{{- if and .Values.engine.preflight.enabled .Values.engine.preflight.checks.engineArgs }}true{{ end -}}
 {{- end }}

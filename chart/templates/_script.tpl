@@ -56,7 +56,7 @@ fi
 start_rank=$(( WORKER_INDEX * {{ int $p.dataLocal }} ))
 {{- include "mooncake-pd.script.restartWaitLines" . }}
 {{- include "mooncake-pd.script.preflightLines" . }}
-exec vllm serve "${MODEL_LOCATION}" \
+serve_args=(serve "${MODEL_LOCATION}" \
   --headless \
   --data-parallel-size {{ include "mooncake-pd.util.shellQuote" (int $p.data) }} \
   --data-parallel-size-local {{ include "mooncake-pd.util.shellQuote" (int $p.dataLocal) }} \
@@ -64,7 +64,7 @@ exec vllm serve "${MODEL_LOCATION}" \
 {{- else }}
 {{- include "mooncake-pd.script.restartWaitLines" . }}
 {{- include "mooncake-pd.script.preflightLines" . }}
-exec vllm serve "${MODEL_LOCATION}" \
+serve_args=(serve "${MODEL_LOCATION}" \
   --host "${POD_IP}" \
   --port {{ include "mooncake-pd.util.shellQuote" (int $v.port) }} \
   --data-parallel-size {{ include "mooncake-pd.util.shellQuote" (int $p.data) }} \
@@ -80,6 +80,9 @@ exec vllm serve "${MODEL_LOCATION}" \
   "${model_args[@]}" \
 {{- include "mooncake-pd.vllm.argLines" (dict "flags" $args "negatives" (include "mooncake-pd.vllm.negatives" (dict "root" $root "list" "serve-flags.json") | fromJson) "indent" 2) }}
   --kv-transfer-config "${kv_transfer_config}"
+)
+{{- include "mooncake-pd.script.engineCheckLines" . }}
+exec vllm "${serve_args[@]}"
 {{ end }}
 
 {{/* The base of a pod's engine_id. The guide's <group>_<role-id> is unique per role replica;
@@ -169,6 +172,7 @@ values key each check answers to. Context: (dict "root" $ "role" "prefill"). */}
 {{- $_ := set $settings "transferEngine" $transferEngine }}
 {{- end }}
 {{- $_ := unset $settings.checks "transferEngine" }}
+{{- $_ := unset $settings.checks "engineArgs" }}
 {{- if not $profile.resourceName }}
 {{- /* No device to count (the cpu profile). */ -}}
 {{- $_ := set $settings.checks "devices" false }}
@@ -191,6 +195,58 @@ model_args=()
 if [ -n "${hf_overrides}" ]; then
   model_args+=(--hf-overrides "${hf_overrides}")
 fi
+{{- end }}
+
+{{/* The engine check's settings for a role's start script (files/engine_args.py), as JSON: the
+engine version, and the values key each flag of `vllm serve` comes from (flag without "--" ->
+key): the chart's own flags from the keys that set them, yours from <role>.args, engine.args or
+<role>.guideArgs (the first that holds it), --additional-config's recompute scheduler from
+engine.recomputeScheduler. Context: (dict "root" $ "role" "prefill" "worker" false). */}}
+{{- define "mooncake-pd.script.engineCheckSettings" -}}
+{{- $root := .root -}}
+{{- $role := .role -}}
+{{- $v := index $root.Values .role -}}
+{{- $profile := include "mooncake-pd.profile" $root | fromJson -}}
+{{- $keys := dict
+  "port" (printf "%s.port" $role)
+  "headless" (printf "%s.workerReplicas" $role)
+  "data-parallel-address" (printf "%s.workerReplicas" $role)
+  "data-parallel-size" (printf "%s.parallelism.data" $role)
+  "data-parallel-size-local" (printf "%s.parallelism.dataLocal" $role)
+  "data-parallel-start-rank" (printf "%s.parallelism.dataLocal" $role)
+  "data-parallel-rpc-port" (printf "%s.dataParallelRpcPort" $role)
+  "tensor-parallel-size" (printf "%s.parallelism.tensor" $role)
+  "served-model-name" "model.servedName"
+  "max-model-len" "model.maxModelLen"
+  "hf-overrides" "model.hfOverrides"
+  "kv-transfer-config" "kvTransfer"
+-}}
+{{- $guide := $v.guideArgs | default dict -}}
+{{- range $flag, $_ := include "mooncake-pd.vllm.serveArgs" . | fromJson }}
+{{- if hasKey ($v.args | default dict) $flag }}
+{{- $_ := set $keys $flag (printf "%s.args.%s" $role $flag) }}
+{{- else if hasKey ($root.Values.engine.args | default dict) $flag }}
+{{- $_ := set $keys $flag (printf "engine.args.%s" $flag) }}
+{{- else if hasKey $guide $flag }}
+{{- $_ := set $keys $flag (printf "%s.guideArgs.%s" $role $flag) }}
+{{- else if eq $flag "additional-config" }}
+{{- $_ := set $keys $flag "engine.recomputeScheduler" }}
+{{- end }}
+{{- end }}
+{{- toJson (dict "role" (printf "%s%s" $role (ternary " worker" "" .worker)) "version" (toString $profile.engine.vllm) "keys" $keys "defaultKey" (printf "%s.args" $role)) -}}
+{{- end }}
+
+{{/* The engine check of a start script, where engine.preflight.enabled and its checks.engineArgs
+are on: the image's python3 runs vLLM's own parser and checks (files/engine_args.py) on the
+words the script is about to exec, and refuses with exit 78 naming the values key. Context: as
+the script's. */}}
+{{- define "mooncake-pd.script.engineCheckLines" -}}
+{{- $preflight := .root.Values.engine.preflight -}}
+{{- if and $preflight.enabled $preflight.checks.engineArgs }}
+# vLLM judges these words first (engine.preflight.checks.engineArgs): its own parser and config
+# checks, no model load and no device, about 6 s of CPU; a refusal exits 78 naming the values key.
+python3 "$(dirname "$0")/engine_args.py" {{ include "mooncake-pd.util.shellQuote" (include "mooncake-pd.script.engineCheckSettings" .) }} "${serve_args[@]}"
+{{- end }}
 {{- end }}
 
 {{/* The NIC exports of a start script: the profile's address and interface variables (HCCL,

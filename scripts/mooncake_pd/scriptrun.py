@@ -89,11 +89,14 @@ def run(
     extra_path: Sequence[Path] = (),
     beside: Mapping[str, str] | None = None,
     node: Mapping[str, NodeFile] | None = None,
+    python3: Path | None = None,
 ) -> Run:
     """Run `script` with bash under `env` (plus PATH with the stub and this Python first, as
     `vllm` and `python3`); return the stub's argv and environment. `beside`: files next to the
     script (the ConfigMap's other keys); `node`: container paths -> files, laid out under a
-    folder given as MOONCAKE_PD_ROOT, which the preflight reads every absolute path under."""
+    folder given as MOONCAKE_PD_ROOT, which the preflight reads every absolute path under;
+    `python3`: the script's python3 instead (with its site packages: an engine's venv, whose vLLM
+    the script's engine check imports as the image's would)."""
     with tempfile.TemporaryDirectory() as tmp:
         tmpdir = Path(tmp)
         bin_dir = tmpdir / "bin"
@@ -104,7 +107,7 @@ def run(
         # ~0.15 s a call; an old system Python may not run the helpers at all).
         for name, launcher in {
             "vllm": _launcher(sys.executable, "-S", str(stub)),
-            "python3": _launcher(sys.executable, "-S"),
+            "python3": _launcher(str(python3)) if python3 else _launcher(sys.executable, "-S"),
         }.items():
             (bin_dir / name).write_text(launcher)
             (bin_dir / name).chmod(0o755)

@@ -66,6 +66,22 @@ def run(args: argparse.Namespace) -> int:
     if errors:
         print("The rendered manifests are not valid:", *errors, sep="\n  ", file=sys.stderr)
         return 1
+    accepted: list[str] = []
+    if args.engine_check is not None:
+        from mooncake_pd import enginecheck
+
+        version = enginecheck.engine_version(objects)
+        python = enginecheck.python_for(args.engine_check, version)
+        outcome = enginecheck.check(objects, python)
+        if outcome.refusals:
+            print(
+                f"vLLM {version.lstrip('v')} ({python}) refuses the engines' arguments:",
+                *outcome.refusals,
+                sep="\n  ",
+                file=sys.stderr,
+            )
+            return 1
+        accepted = outcome.accepted
     args.out.parent.mkdir(parents=True, exist_ok=True)
     values_file.write_atomic(args.out, text, backup=False)
     print(
@@ -74,6 +90,8 @@ def run(args: argparse.Namespace) -> int:
         f"{' and '.join(validate.KUBERNETES_VERSIONS)} and the Kthena CRDs).\n"
     )
     print(summary.summarize(objects, engines.entry_runs(objects)))
+    if accepted:
+        print("\nThe engine check (vLLM's own parser and config checks, --engine-check):", *accepted, sep="\n  ")
     # Known advisories of the deployed parts (scripts/mooncake_pd/advisories.yaml) that this
     # layout leaves reachable: a warning, not a refusal, since the guide's own deployment (v0.13.0
     # on the host network) is one of them and no engine version the chart offers is past every fix.
@@ -111,6 +129,17 @@ def register(sub: argparse._SubParsersAction) -> None:
         type=Path,
         default=Path("out/mooncake-pd.yaml"),
         help="where to write the manifests (default: out/mooncake-pd.yaml)",
+    )
+    render.add_argument(
+        "--engine-check",
+        nargs="?",
+        const="",
+        default=None,
+        metavar="PYTHON",
+        help="also run each engine start script's engine check as a pod would: that vLLM's own parser and "
+        "config checks on the exact `vllm serve` argv, refusing with the values key; with PYTHON (a python or a "
+        "venv with the values' vLLM version), or without it the venv of that version here (.tools/e2e for "
+        "0.13.0). About 6 s of CPU per start script",
     )
     cli.add_release_options(render, default=paths.RELEASE, what="the name the objects are rendered under")
     render.set_defaults(func=run)
