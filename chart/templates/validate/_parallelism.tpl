@@ -42,5 +42,18 @@ any: no rule. */ -}}
 {{- else if and (not .Values.model.mla) (ne 0 (mod $ptp (max $dtp 1))) }}
 {{- $errors = append $errors (printf "prefill.parallelism.tensor: %d is not a multiple of decode.parallelism.tensor (%d); %s needs it for non-MLA models" $ptp $dtp $connector) }}
 {{- end }}
+{{- /* Decode context parallel splits each TP group into TP / DCP groups, so DCP must divide TP.
+vLLM 0.13.0 asserts it in create_engine_config after it has read the model's config
+(vllm/engine/arg_utils.py ~1354), where the engine check (chart/files/engine_args.py) does not
+reach without the model, so the engine would fail seconds into its start; ParallelConfig checks it
+from 0.18.0. */ -}}
+{{- range $role := list "prefill" "decode" }}
+{{- $dcp := get (include "mooncake-pd.validate.engineFlags" (dict "root" $ "role" $role) | fromJson) "decode-context-parallel-size" }}
+{{- $tp := int (index $.Values $role).parallelism.tensor }}
+{{- if and $dcp (gt (int $dcp) 0) (ne 0 (mod $tp (int $dcp))) }}
+{{- $where := include "mooncake-pd.validate.engineRuleKey" (dict "root" $ "role" $role "operand" "args.decode-context-parallel-size") }}
+{{- $errors = append $errors (printf "%s: decode context parallel %d does not divide %s.parallelism.tensor (%d); vLLM splits each TP group into TP / DCP groups (\"tp_size=%d must be divisible by dcp_size=%d\"): use a divisor of %d" $where (int $dcp) $role $tp $tp (int $dcp) $tp) }}
+{{- end }}
+{{- end }}
 {{- toJson $errors -}}
 {{- end }}
