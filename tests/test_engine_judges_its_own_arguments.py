@@ -25,6 +25,7 @@ import pytest
 
 from conftest import Renderer
 from mooncake_pd import enginecheck, engines, paths, scriptrun
+from mooncake_pd.helm import HelmError
 
 sys.path.insert(0, str(paths.CHART / "files"))
 import engine_args  # chart/files/engine_args.py, as the pods run it
@@ -90,17 +91,17 @@ def test_the_check_judges_the_words_the_script_execs(render: Renderer, tmp_path:
 def test_each_flag_names_the_values_key_it_came_from(render: Renderer):
     rendered = render(
         overrides={
-            "engine": {"args": {"enable-log-outputs": True, "seed": 7}},
-            "prefill": {"args": {"enable-auto-tool-choice": True, "seed": 8}},
+            "engine": {"args": {"enable-log-requests": True, "seed": 7}},
+            "prefill": {"args": {"enable-prompt-tokens-details": True, "seed": 8}},
         }
     )
     prefill = settings_of(engines.script_of(rendered.objects, rendered.role("prefill")["entryTemplate"]))
     decode = settings_of(engines.script_of(rendered.objects, rendered.role("decode")["entryTemplate"]))
     assert prefill["version"] == "0.13.0" and prefill["defaultKey"] == "prefill.args"
-    assert prefill["keys"]["enable-auto-tool-choice"] == "prefill.args.enable-auto-tool-choice"
+    assert prefill["keys"]["enable-prompt-tokens-details"] == "prefill.args.enable-prompt-tokens-details"
     assert prefill["keys"]["seed"] == "prefill.args.seed"  # the role's own wins over engine.args
     assert decode["keys"]["seed"] == "engine.args.seed"
-    assert decode["keys"]["enable-log-outputs"] == "engine.args.enable-log-outputs"
+    assert decode["keys"]["enable-log-requests"] == "engine.args.enable-log-requests"
     assert prefill["keys"]["tensor-parallel-size"] == "prefill.parallelism.tensor"
     assert prefill["keys"]["max-model-len"] == "model.maxModelLen"
     # The guide's flag the chart adds for decode (decode.guideArgs), and the recompute scheduler
@@ -229,27 +230,82 @@ REFUSED = {
 }
 
 
+# The classes only the engine's own checks refuse (no render-time rule reads them): they render,
+# and `render --engine-check` or the pod's start refuses them.
+ONLY_THE_ENGINE = {
+    "engine": {"args": {"collect-detailed-traces": "all"}},
+    "prefill": {
+        "args": {
+            "eplb-config": {"num_redundant_experts": 2},
+            "data-parallel-external-lb": True,
+            "enable-lora": True,
+            "max-loras": 4,
+            "max-cpu-loras": 2,
+        }
+    },
+}
+ONLY_THE_ENGINE_KEYS = (
+    "engine.args.collect-detailed-traces",
+    "prefill.args.eplb-config",
+    "prefill.args.data-parallel-external-lb",
+    "prefill.args.max-cpu-loras",
+)
+
+
+def flag_words(args: dict[str, Any]) -> list[str]:
+    """Values args as the chart writes them on the command line: a true flag alone, a map as its
+    JSON, anything else as its text."""
+    words: list[str] = []
+    for flag, value in args.items():
+        if value is True:
+            words.append(f"--{flag}")
+        else:
+            words += [f"--{flag}", json.dumps(value) if isinstance(value, dict) else str(value)]
+    return words
+
+
 def test_vllm_refuses_issue_54s_engine_classes_in_the_e2e_image(tmp_path: Path):
     """vLLM 0.13.0 CPU (the e2e image's Python) refuses each class by its own checks, before
     `vllm serve`, naming the values key: exit 78, every refusal in the termination log. DCP 3 with
     TP 1 passes: 0.13.0 checks it in create_engine_config after reading the model's config
-    (arg_utils.py ~1351), which the check leaves to vLLM (docs/troubleshooting.md)."""
-    # A values file, not --set-json, which would replace each role's map whole.
-    classes = tmp_path / "classes.yaml"
-    classes.write_text(json.dumps(CLASSES))
-    rendered = Renderer(paths.DEFAULT_HELM_VERSION)((CPU_VALUES, classes))
+    (arg_utils.py ~1351), which the check leaves to vLLM (docs/troubleshooting.md).
+
+    The render refuses most of these classes first (validate/_enginefacts.tpl, the DCP rule of
+    validate/_parallelism.tpl), so they cannot reach a start script through helm. The check is the
+    net under those rules: it gets them here as the start script would pass them had the render let
+    them through: the words a valid render's prefill script gives engine_args.py, the classes'
+    flags appended, and each flag's values key in the settings, as the chart writes them."""
+    rendered = Renderer(paths.DEFAULT_HELM_VERSION)((CPU_VALUES,))
     template, env = entry(rendered, "prefill")
-    with pytest.raises(scriptrun.ScriptFailed) as failed:
-        scriptrun.run(
-            engines.script_of(rendered.objects, template),
-            env,
-            beside=engines.beside_script(rendered.objects, template),
-            node=engines.node_files(template["spec"]["containers"][0], env, engines.Node()),
-            python3=e2e_python(),
-        )
-    assert failed.value.returncode == EX_CONFIG, failed.value.stderr[-3000:]
-    lines = failed.value.termination_log.strip().splitlines()
-    assert all(line.startswith("mooncake-pd preflight: ") and line in failed.value.stderr for line in lines)
+    recorder = tmp_path / "python3"
+    recorder.write_text(RECORDER.format(python=shlex.quote(sys.executable)))
+    recorder.chmod(0o755)
+    record = tmp_path / "record"
+    scriptrun.run(
+        engines.script_of(rendered.objects, template),
+        {**env, "RECORD": str(record)},
+        beside=engines.beside_script(rendered.objects, template),
+        node=engines.node_files(template["spec"]["containers"][0], env, engines.Node()),
+        python3=recorder,
+    )
+    settings_json, *argv = record.read_text().split("\0")[:-1]
+    settings = json.loads(settings_json)
+    termination_log = tmp_path / "termination-log"
+    settings["terminationLog"] = str(termination_log)
+    for section, args in (("engine.args", CLASSES["engine"]["args"]), ("prefill.args", CLASSES["prefill"]["args"])):
+        settings["keys"].update({flag: f"{section}.{flag}" for flag in args})
+    extra = flag_words(CLASSES["engine"]["args"]) + flag_words(CLASSES["prefill"]["args"])
+    program = paths.CHART / "files" / "engine_args.py"
+    proc = subprocess.run(
+        [str(e2e_python()), str(program), json.dumps(settings), *argv, *extra],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert proc.returncode == EX_CONFIG, proc.stderr[-3000:]
+    lines = termination_log.read_text().strip().splitlines()
+    assert all(line.startswith("mooncake-pd preflight: ") and line in proc.stderr for line in lines)
     blamed = {}
     for line in lines:
         keys, rest = line.removeprefix("mooncake-pd preflight: ").split(": vLLM 0.13.0 refuses ", 1)
@@ -263,6 +319,23 @@ def test_vllm_refuses_issue_54s_engine_classes_in_the_e2e_image(tmp_path: Path):
     # The LoRA pair: the message names both sides (another refusal remains, so removing one flag
     # alone cannot make vLLM accept the rest).
     assert "prefill.args.max-loras" in blamed
+
+
+def test_the_render_refuses_first_what_it_can(tmp_path: Path):
+    """The layer above the check: the same classes as a values file, refused by helm at render
+    (engine facts and the DCP rule), naming the values keys, before any pod exists."""
+    classes = tmp_path / "classes.yaml"
+    classes.write_text(json.dumps(CLASSES))
+    with pytest.raises(HelmError) as refused:
+        Renderer(paths.DEFAULT_HELM_VERSION)((CPU_VALUES, classes))
+    for key in (
+        "engine.args.enable-auto-tool-choice",
+        "engine.args.reasoning-parser",
+        "prefill.args.enable-log-outputs",
+        "prefill.args.compilation-config.no_such_key",
+        "prefill.args.decode-context-parallel-size",
+    ):
+        assert f"- {key}: " in str(refused.value), key
 
 
 # `full`: 14 s at load 4 on the 2 cores (one vLLM import). The gate holds the same claim through
@@ -310,18 +383,20 @@ def test_render_engine_check_passes_every_values_file(tmp_path: Path, values: Pa
 
 @pytest.mark.full
 def test_render_engine_check_refuses_naming_the_values_keys(tmp_path: Path):
-    """The same classes through `mooncake-pd render --engine-check`: exit 1, no manifests written,
-    each refusal once (engine.args reaches both roles: one line) naming the values key."""
+    """The classes the render's own rules do not catch, through `mooncake-pd render
+    --engine-check`: exit 1, no manifests written, each refusal once (engine.args reaches both
+    roles: one line) naming the values key."""
     values = tmp_path / "classes.yaml"
-    values.write_text(json.dumps(CLASSES))
+    values.write_text(json.dumps(ONLY_THE_ENGINE))
     out = tmp_path / "out.yaml"
     proc = cli("render", "--values", str(CPU_VALUES), "--values", str(values), "--out", str(out), "--engine-check")
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert not out.exists()
     assert "refuses the engines' arguments:" in proc.stderr
-    for key, words in REFUSED.items():
+    for key in ONLY_THE_ENGINE_KEYS:
+        words = REFUSED[key.replace("engine.args.", "prefill.args.")]  # vLLM's words, wherever it was set
         assert re.search(rf"^  (\S+, )*{re.escape(key)}[,:].*{re.escape(words)}", proc.stderr, re.MULTILINE), key
-    assert proc.stderr.count("engine.args.enable-auto-tool-choice:") == 1
+    assert proc.stderr.count("engine.args.collect-detailed-traces:") == 1
 
 
 def test_render_engine_check_says_which_venv_is_missing(tmp_path: Path):
