@@ -97,7 +97,15 @@ CLASSES: dict[str, tuple[dict[str, Any], str]] = {
 }  # fmt: skip
 # The classes the chart now refuses itself when it renders (validate-values.yaml or the schema);
 # the others render, and only the API server stops them.
-REFUSED_BY_CHART = {"requests-above-limits", "privileged-without-escalation", "resource-name-over-63"}
+REFUSED_BY_CHART = {
+    "requests-above-limits",
+    "privileged-without-escalation",
+    "resource-name-over-63",
+    # Refused at render since sidecars got the engine containers' checks (validate/_sidecars.tpl).
+    "port-name-over-15",
+    "env-fieldref-whole-labels",
+    "sidecar-without-image",
+}
 # The earlier rounds': test_cluster_passthrough's bad-values cases that an engine pod template
 # carries (the others are the proxy's, the canary's or the benchmark's, whose objects the API
 # server judges at install anyway).
@@ -249,7 +257,7 @@ def test_helm_upgrade_stops_at_the_hook_and_leaves_the_release_as_it_was(cluster
         left = _left(api, namespace)
         assert left["ModelServing"] == [RELEASE] and left["PodTemplate"] == [], left
         before = api.get(*MODELSERVING, RELEASE, namespace)
-        case = "port-name-over-15"
+        case = "nfs-path-relative"
         proc = runner.run(
             "upgrade", RELEASE, str(paths.CHART), "-n", namespace, "--wait", "--timeout", HELM_WAIT,
             "-f", str(_values(case, tmp_path)), check=False,
