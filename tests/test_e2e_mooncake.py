@@ -38,6 +38,7 @@ from support.kthenarun import (
     metrics,
     role_of,
 )
+from support.kube.serviceaccount import project
 from support.localpods import (
     API_KEY,
     ENGINE_NICE,
@@ -369,7 +370,7 @@ def _routed(result: RoutedRun, run: LocalRun, deployment: KthenaDeployment) -> N
         outputs, tokens = completions(deployment.router, concurrent=mode == "concurrent")
         result.proof.outputs[mode] = outputs
         result.proof.problems[mode] = judge(result.reference, outputs, before, metrics(decode), tokens, False)
-    # The helm test pod's canary against the pods (cluster DNS: each replica Service to its pod).
+    # The helm test pod's canary against the pods Kthena made (cluster DNS for the rest of the pod).
     setup = deployment.setup
     network = Network()
     network.add_services(setup.objects)
@@ -382,6 +383,10 @@ def _routed(result: RoutedRun, run: LocalRun, deployment: KthenaDeployment) -> N
     spec = manifests.one(setup.objects, "Pod", f"{paths.RELEASE}-test")["spec"]
     container = next(c for c in spec["containers"] if c["name"] == "kv-canary")
     prepared = prepare(setup.objects, spec, container, run.base / "test-kv-canary", network)
+    # Behind Kthena's router the canary finds the pods from the API server, with a token of the
+    # chart's ServiceAccount, as the kubelet projects it.
+    volume_mounts = container.get("volumeMounts", [])
+    prepared.env.update(project(deployment.api, "default", spec, prepared.mounts, volume_mounts))
     result.canary = run_to_end(run.processes, prepared, 300, "test-kv-canary")
 
 
