@@ -26,7 +26,7 @@ import pytest
 from mooncake_pd import chartfiles, paths
 from support.kube.api import ApiError, Client, wait_for
 from support.kube.releases import HELM_TIMEOUT, SETTLE_TIMEOUT, pods_of, release_fixture
-from support.kube.serviceaccount import token
+from support.kube.serviceaccount import api_env, token
 
 pytestmark = pytest.mark.cluster
 canary = chartfiles.program("kv_canary")
@@ -102,7 +102,6 @@ def account_env(cluster, api: Client, namespace: str, folder: Path) -> tuple[dic
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "token").write_text(token(api, namespace, ACCOUNT))
     (folder / "ca.crt").write_bytes(cluster.ca.read_bytes())
-    host, port = api.server.removeprefix("https://").rsplit(":", 1)
     discover = {
         "namespace": namespace,
         "selector": f"modelserving.volcano.sh/name={RELEASE}",
@@ -110,7 +109,7 @@ def account_env(cluster, api: Client, namespace: str, folder: Path) -> tuple[dic
         "port": {"prefill": 7100, "decode": 7100},
         "serviceAccount": str(folder),
     }
-    return discover, {"KUBERNETES_SERVICE_HOST": host, "KUBERNETES_SERVICE_PORT": port}
+    return discover, api_env(api)
 
 
 def test_the_canarys_account_lists_the_release_pods_and_nothing_else(cluster, release, tmp_path: Path):

@@ -33,7 +33,6 @@ import pytest
 from mooncake_pd import manifests, paths, verify
 from support.kthenarun import (
     PODS_READY_TIMEOUT,
-    PORT,
     VALUES,
     KthenaDeployment,
     address,
@@ -42,9 +41,8 @@ from support.kthenarun import (
     role_of,
     wait_ready_pods,
 )
-from support.kube.api import Client
-from support.kube.serviceaccount import project
 from support.localpods import AUTH, Network, post_json, prepare, run_to_end
+from support.localverify import helm_test_container
 from support.pdcheck import (
     MAX_TOKENS,
     PROMPTS,
@@ -179,20 +177,16 @@ def _routed(result: RouterRun, run: LocalRun, deployment: KthenaDeployment) -> N
     result.stream = streamed(router, PROMPTS[3])
 
     # 4. The helm hooks as processes against the router: the test pod's chat check and canary,
-    # the benchmark Job. Cluster DNS: the router's Service leads to the router, the replica
-    # Services to their pods.
+    # the benchmark Job. Cluster DNS: the router's Service leads to the router (the canary
+    # reaches the pods it lists at their own addresses).
     network = Network()
     network.add_services(setup.objects)
     network.add("kthena-router.kthena-system.svc", 80, address(router)[1])
-    for name, pod in pods.items():
-        service = f"{name.removesuffix('-0')}.default.svc"
-        network.add(service, PORT, PORT)
-        network.add_address(service, pod["status"]["podIP"])
     clock = time.monotonic()
-    result.helm_test = _test_pod(setup.objects, "chat", run, network)
+    result.helm_test = helm_test_container(setup.objects, "chat", run.base, network, run.processes)
     # The canary finds the engine pods by label from the API server, with the token of the
     # chart's ServiceAccount (its Role: get and list pods), as the kubelet would project it.
-    result.canary = _test_pod(setup.objects, "kv-canary", run, network, api)
+    result.canary = helm_test_container(setup.objects, "kv-canary", run.base, network, run.processes, api)
     job = next(o for o in setup.objects if o["kind"] == "Job")
     spec = job["spec"]["template"]["spec"]
     container = prepare(setup.objects, spec, spec["containers"][0], setup.work / "bench", network)
@@ -242,7 +236,9 @@ def _routed(result: RouterRun, run: LocalRun, deployment: KthenaDeployment) -> N
     polled = log.read_text(errors="replace").count('"GET /v1/models')
     # The rendered canary again, as the CronJob's next run: it finds the added replica by its
     # labels and judges its pair with decode beside the first one's.
-    code, output = _test_pod(setup.objects, "kv-canary", run, network, api, again="-after-scale-out")
+    code, output = helm_test_container(
+        setup.objects, "kv-canary", run.base, network, run.processes, api, again="-after-scale-out"
+    )
     pair = [line for line in output.splitlines() if line.startswith(("PASS: ", "FAIL: ", "SKIP: "))]
     after = {name: metrics(p) for name, p in prefills.items()}
     result.added = {
@@ -269,20 +265,6 @@ def _prompt_tokens(text: str) -> float:
 
 def _delta(before: str, after: str, name: str) -> float:
     return verify.metric_total(after, name) - verify.metric_total(before, name)
-
-
-def _test_pod(
-    objects, name: str, run: LocalRun, network: Network, api: Client | None = None, again: str = ""
-) -> tuple[int, str]:
-    """Run a container of the helm test pod to its end (`again`: a suffix for a second run's log
-    and folder); with `api`, its projected ServiceAccount volumes laid out and the API server's
-    address in its env, as the kubelet gives them."""
-    spec = manifests.one(objects, "Pod", f"{paths.RELEASE}-test")["spec"]
-    container = next(c for c in spec["containers"] if c["name"] == name)
-    prepared = prepare(objects, spec, container, run.base / f"test-{name}{again}", network)
-    if api is not None:
-        prepared.env.update(project(api, "default", spec, prepared.mounts, container.get("volumeMounts", [])))
-    return run_to_end(run.processes, prepared, 300, f"test-{name}{again}")
 
 
 def test_kthena_created_the_pods_the_process_kubelet_runs(routed: RouterRun):

@@ -38,15 +38,12 @@ from support.kthenarun import (
     metrics,
     role_of,
 )
-from support.kube.serviceaccount import project
 from support.localpods import (
     API_KEY,
     ENGINE_NICE,
     Network,
     get_text,
     post_json,
-    prepare,
-    run_to_end,
     wait_ready,
 )
 from support.localverify import LocalCore, LocalCustom, helm_test_container, local_canary_io, pod_view
@@ -370,24 +367,15 @@ def _routed(result: RoutedRun, run: LocalRun, deployment: KthenaDeployment) -> N
         outputs, tokens = completions(deployment.router, concurrent=mode == "concurrent")
         result.proof.outputs[mode] = outputs
         result.proof.problems[mode] = judge(result.reference, outputs, before, metrics(decode), tokens, False)
-    # The helm test pod's canary against the pods Kthena made (cluster DNS for the rest of the pod).
+    # The helm test pod's canary against the pods Kthena made (it reaches them at their own
+    # addresses; cluster DNS for the rest of the pod).
     setup = deployment.setup
     network = Network()
     network.add_services(setup.objects)
     network.add("kthena-router.kthena-system.svc", 80, address(deployment.router)[1])
-    for name, pod in deployment.pods.items():
-        service = f"{name.removesuffix('-0')}.default.svc"
-        port = int(pod["spec"]["containers"][0]["ports"][0]["containerPort"])
-        network.add(service, port, port)
-        network.add_address(service, pod["status"]["podIP"])
-    spec = manifests.one(setup.objects, "Pod", f"{paths.RELEASE}-test")["spec"]
-    container = next(c for c in spec["containers"] if c["name"] == "kv-canary")
-    prepared = prepare(setup.objects, spec, container, run.base / "test-kv-canary", network)
     # Behind Kthena's router the canary finds the pods from the API server, with a token of the
     # chart's ServiceAccount, as the kubelet projects it.
-    volume_mounts = container.get("volumeMounts", [])
-    prepared.env.update(project(deployment.api, "default", spec, prepared.mounts, volume_mounts))
-    result.canary = run_to_end(run.processes, prepared, 300, "test-kv-canary")
+    result.canary = helm_test_container(setup.objects, "kv-canary", run.base, network, run.processes, deployment.api)
 
 
 def test_the_router_is_told_the_connector_is_mooncake(mooncake_routed: RoutedRun):

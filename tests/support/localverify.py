@@ -10,7 +10,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from mooncake_pd import chartfiles, engines, manifests, release_io
+from mooncake_pd import chartfiles, engines, manifests, paths, release_io
+from support.kube.api import Client
+from support.kube.serviceaccount import project
 from support.localpods import AUTH, Network, Processes, prepare, run_to_end
 
 
@@ -68,8 +70,22 @@ def local_canary_io() -> release_io.CanaryIO:
     )
 
 
-def helm_test_container(objects, name: str, work: Path, network: Network, processes: Processes) -> tuple[int, str]:
-    """One container of the helm-test pod (chat, kv-canary), run to its end."""
-    spec = manifests.one(objects, "Pod", "deepseek-pd-test")["spec"]
+def helm_test_container(
+    objects,
+    name: str,
+    work: Path,
+    network: Network,
+    processes: Processes,
+    api: Client | None = None,
+    again: str = "",
+) -> tuple[int, str]:
+    """One container of the helm-test pod (chat, kv-canary), run to its end. With `api` (a local
+    cluster), its projected ServiceAccount volumes are laid out and the API server's address is
+    in its env, as the kubelet gives them (the KV canary behind Kthena's router lists the pods).
+    `again`: a suffix for a second run's folder and log."""
+    spec = manifests.one(objects, "Pod", f"{paths.RELEASE}-test")["spec"]
     container = next(c for c in spec["containers"] if c["name"] == name)
-    return run_to_end(processes, prepare(objects, spec, container, work / f"test-{name}", network), 300, f"test-{name}")
+    prepared = prepare(objects, spec, container, work / f"test-{name}{again}", network)
+    if api is not None:
+        prepared.env.update(project(api, "default", spec, prepared.mounts, container.get("volumeMounts", [])))
+    return run_to_end(processes, prepared, 300, f"test-{name}{again}")

@@ -58,5 +58,10 @@ def project(
                     (folder / item["path"]).write_text(namespace)
             else:
                 raise ValueError(f"projected source {sorted(source)}: not laid out here")
+    return api_env(api)
+
+
+def api_env(api: Client) -> dict[str, str]:
+    """The environment the kubelet gives every container to find the API server."""
     server = urlsplit(api.server)
     return {"KUBERNETES_SERVICE_HOST": server.hostname or "", "KUBERNETES_SERVICE_PORT": str(server.port)}
