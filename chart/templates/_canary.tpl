@@ -13,12 +13,6 @@ Kthena's router, which pairs them so. */}}
 {{- if eq .Values.router.type "kthena" }}true{{ end -}}
 {{- end }}
 
-{{/* "true" where the canary has its pairs: found by label, or the proxy's replica Services
-(none under autoscaling, which the proxy does not serve). */}}
-{{- define "mooncake-pd.canary.pairsKnown" -}}
-{{- if or (include "mooncake-pd.canary.discovers" .) (not .Values.autoscaling.enabled) }}true{{ end -}}
-{{- end }}
-
 {{/* "true" where the chart makes the canary's ServiceAccount, Role and RoleBinding: a canary
 (helm test or CronJob) that finds the pods. */}}
 {{- define "mooncake-pd.canary.apiAccess" -}}
@@ -63,14 +57,16 @@ serviceAccountName: {{ include "mooncake-pd.names.kvCanary" . }}
 {{- end -}}
 {{- end }}
 
-{{/* "true" where the helm-test pod runs the canary: test.kvCanary.enabled, a test pod, pairs. */}}
+{{/* "true" where the helm-test pod runs the canary: test.kvCanary.enabled, a test pod. The
+canary always has its pairs: autoscaling needs Kthena's router (validate/_autoscaling.tpl), behind
+which it finds them by label; behind the proxy, the replica Services list them. */}}
 {{- define "mooncake-pd.canary.inTestPod" -}}
-{{- if and .Values.test.enabled (ne .Values.router.type "none") .Values.test.kvCanary.enabled (include "mooncake-pd.canary.pairsKnown" .) }}true{{ end -}}
+{{- if and .Values.test.enabled (ne .Values.router.type "none") .Values.test.kvCanary.enabled }}true{{ end -}}
 {{- end }}
 
-{{/* "true" where the CronJob is rendered (validate.router refuses it under autoscaling). */}}
+{{/* "true" where the CronJob is rendered. */}}
 {{- define "mooncake-pd.canary.cronJob" -}}
-{{- if and .Values.test.kvCanary.cronJob.enabled (include "mooncake-pd.canary.pairsKnown" .) }}true{{ end -}}
+{{- if .Values.test.kvCanary.cronJob.enabled }}true{{ end -}}
 {{- end }}
 
 {{/* kv_canary.py's CANARY_CONFIG, as JSON: the pairs' URLs, the request, and the transfer
@@ -79,7 +75,7 @@ counters of the release's connector (profiles.yaml engines.<version>.connectors)
 {{- $connector := include "mooncake-pd.profile.connectorData" . | fromJson -}}
 {{- $config := dict "model" .Values.model.servedName "prompt" .Values.test.prompt "maxTokens" (int .Values.test.kvCanary.maxTokens) "transferMetrics" $connector.transferMetrics -}}
 {{- if include "mooncake-pd.canary.discovers" . -}}
-{{- $selector := printf "modelserving.volcano.sh/name=%s" (include "mooncake-pd.names.fullname" .) -}}
+{{- $selector := printf "%s=%s" (include "mooncake-pd.names.kthenaLabel" "name") (include "mooncake-pd.names.fullname" .) -}}
 {{- $roles := dict "prefill" .Values.prefill.name "decode" .Values.decode.name -}}
 {{- $ports := dict "prefill" (int .Values.prefill.port) "decode" (int .Values.decode.port) -}}
 {{- $_ := set $config "discover" (dict "namespace" .Release.Namespace "selector" $selector "roles" $roles "port" $ports "serviceAccount" (include "mooncake-pd.canary.serviceAccountPath" .)) -}}
