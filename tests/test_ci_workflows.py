@@ -167,77 +167,64 @@ def test_the_go_the_workflows_install_builds_every_go_module():
 WORKFLOW = paths.REPO / ".github" / "workflows" / "ci.yaml"
 
 
-# Inputs of the actions the workflow uses, from each action's action.yml.
-ACTION_INPUTS = {
-    "actions/setup-go": {
-        "go-version",
-        "go-version-file",
-        "check-latest",
-        "token",
-        "cache",
-        "cache-dependency-path",
-        "architecture",
-    },
-    "actions/cache": {
-        "path",
-        "key",
-        "restore-keys",
-        "upload-chunk-size",
-        "enableCrossOsArchive",
-        "fail-on-cache-miss",
-        "lookup-only",
-        "save-always",
-    },
-    "actions/cache/restore": {
-        "path",
-        "key",
-        "restore-keys",
-        "enableCrossOsArchive",
-        "fail-on-cache-miss",
-        "lookup-only",
-    },
-    "actions/cache/save": {"path", "key", "upload-chunk-size", "enableCrossOsArchive"},
-    "actions/upload-artifact": {
-        "name",
-        "path",
-        "if-no-files-found",
-        "retention-days",
-        "compression-level",
-        "overwrite",
-        "include-hidden-files",
-    },
-    "actions/checkout": {"repository", "ref", "token", "path", "fetch-depth", "submodules", "persist-credentials"},
-    "actions/setup-python": {"python-version", "python-version-file", "cache", "architecture", "check-latest"},
+# The inputs of the actions the workflows use that actionlint v1.7.12 does not know (it checks the
+# inputs of the others from its own table of popular actions: the test below holds which are which),
+# each from the action's action.yml at the pinned ref.
+INPUTS_ACTIONLINT_DOES_NOT_KNOW = {
     "azure/setup-helm": {"version", "version-file", "token", "downloadBaseURL"},
     "helm/chart-testing-action": {"version", "yamllint_version", "yamale_version", "verify_blob"},
     "helm/kind-action": {"version", "config", "node_image", "cluster_name", "wait", "log_level"},
+    "pypa/gh-action-pypi-publish": {"repository-url", "packages-dir", "verify-metadata", "skip-existing", "verbose"},
 }
 
 
-def steps(workflow: dict) -> list[dict]:
-    return [step for job in workflow["jobs"].values() for step in job["steps"]]
+def uses_steps() -> list[tuple[str, str, dict[str, Any]]]:
+    """(file:job, action@ref, step) for every step of every workflow that uses an action."""
+    return [
+        (f"{path.name}:{name}", step["uses"], step)
+        for path in WORKFLOWS
+        for name, job in workflow(path)["jobs"].items()
+        for step in job.get("steps", [])
+        if "uses" in step
+    ]
 
 
-def test_workflow_uses_real_actions_and_inputs():
-    workflow = yaml.safe_load(WORKFLOW.read_text())
-    assert set(workflow["on"]) == {"push", "pull_request"}
-    for name, job in workflow["jobs"].items():
-        assert job["runs-on"] == "ubuntu-latest", name
+def test_workflows_pin_their_actions_and_run_on_hosted_runners():
+    for path in WORKFLOWS:
+        for name, job in workflow(path)["jobs"].items():
+            assert job["runs-on"] == "ubuntu-latest", f"{path.name}:{name}"
     used = set()
-    for step in steps(workflow):
-        if "uses" in step:
-            action, _, ref = step["uses"].partition("@")
-            assert action in ACTION_INPUTS, f"unknown action {action}"
-            assert ref.startswith("v"), f"{action} must be pinned to a release"
-            assert set(step.get("with", {})) <= ACTION_INPUTS[action], f"{action}: unknown inputs"
-            used.add(action)
-        else:
-            subprocess.run(["bash", "-n"], input=step["run"], text=True, check=True)
+    for where, uses, step in uses_steps():
+        action, _, ref = uses.partition("@")
+        assert re.fullmatch(r"v\d+(\.\d+)*", ref), f"{where}: {action} must be pinned to a release"
+        if action in INPUTS_ACTIONLINT_DOES_NOT_KNOW:
+            unknown = set(step.get("with", {})) - INPUTS_ACTIONLINT_DOES_NOT_KNOW[action]
+            assert not unknown, f"{where}: {action} has no input {sorted(unknown)}"
+        used.add(action)
     assert {"helm/chart-testing-action", "helm/kind-action"} <= used
+
+
+def test_actionlint_checks_the_inputs_of_every_other_action(actionlint: Path, tmp_path: Path):
+    """actionlint's clean pass covers an action's inputs only where it knows the action: one step per
+    action@ref the workflows use, each given an input no action has, must be refused for exactly the
+    actions outside INPUTS_ACTIONLINT_DOES_NOT_KNOW (an actionlint that learns one more says so here,
+    and its row goes)."""
+    used = sorted({uses for _, uses, _ in uses_steps()})
+    probe = tmp_path / ".github" / "workflows" / "probe.yaml"
+    probe.parent.mkdir(parents=True)
+    lines = ["on: push", "jobs:", "  probe:", "    runs-on: ubuntu-latest", "    steps:"]
+    for uses in used:
+        lines += [f"      - uses: {uses}", "        with:", "          not-an-input-of-any-action: x"]
+    probe.write_text("\n".join(lines) + "\n")
+    proc = lint(actionlint, [probe])
+    refused = set(re.findall(r'input "not-an-input-of-any-action" is not defined in action "([^"]+)"', proc.stdout))
+    unknown = {uses for uses in used if uses.partition("@")[0] in INPUTS_ACTIONLINT_DOES_NOT_KNOW}
+    assert refused == set(used) - unknown, proc.stdout
 
 
 def test_workflow_runs_the_documented_commands():
     text = WORKFLOW.read_text()
+    assert set(workflow(WORKFLOW)["on"]) == {"push", "pull_request"}
     assert "make test" in text
     assert "ct lint --config ct.yaml" in text
     assert "--dry-run=server" in text
