@@ -253,6 +253,33 @@ def test_kimi_k2_thinking_int4_weights(tmp_path):
     assert ep == pytest.approx(rest / 8 + groups["routed"] * (4 / 8 + 2 / 32) / 16, rel=WITHIN)
 
 
+def test_compressed_tensors_groups_each_size_their_targets(tmp_path):
+    """Two config groups, as llm-compressor writes a mixed recipe: the routed experts int4 group 32
+    by a name target, every other Linear int8 per channel by the class target "Linear", which vLLM
+    v0.13.0 matches after the names (compressed_tensors/utils.py find_matched_target) whatever the
+    groups' order. lm_head is no LinearBase: bf16 though `ignore` does not name it."""
+    text = kimi_k2_thinking_int4()
+    int4 = text["quantization_config"]["config_groups"]["group_0"]["weights"]
+    int8 = {**int4, "num_bits": 8, "strategy": "channel", "group_size": None}
+    text["quantization_config"]["ignore"] = []
+    text["quantization_config"]["config_groups"] = {
+        "group_0": {"targets": ["Linear"], "weights": int8},
+        "group_1": {"targets": ["re:.*mlp\\.experts\\..*"], "weights": int4},
+    }
+    groups = deepseek_groups(text)
+    routed = groups["routed"] * (4 / 8 + 2 / 32)
+    rest = groups["attention"] + groups["dense"] + groups["shared"]
+    hand = routed + rest * 1 + (groups["embed"] + groups["lm_head"]) * 2
+    kimi = modelmod.load(write(tmp_path, "kimi-mixed", text))
+    assert kimi.unknown_quantization is None
+    assert device_fit.device_weight_bytes(kimi, 1, 1, expert_parallel=False) == pytest.approx(hand, rel=WITHIN)
+    # With "Linear" alone, the experts take it too (FusedMoE stands in for Linear).
+    text["quantization_config"]["config_groups"] = {"group_0": {"targets": ["Linear"], "weights": int8}}
+    int8_all = modelmod.load(write(tmp_path, "kimi-int8", text))
+    hand_int8 = (groups["routed"] + rest) * 1 + (groups["embed"] + groups["lm_head"]) * 2
+    assert device_fit.device_weight_bytes(int8_all, 1, 1, expert_parallel=False) == pytest.approx(hand_int8, rel=WITHIN)
+
+
 def test_deepseek_v32_fp8_block_weights():
     """fp8 with weight_block_size 128 x 128: 1 byte and a float32 scale per 16,384 weights for
     every Linear (the indexer's included), embeddings and lm_head bf16; 671B parameters without

@@ -9,7 +9,14 @@ named are unchanged in what is read here through v0.33.0 / v0.23.0):
   block) with group_size or block_structure; `ignore` names the layers left unquantized, a
   "re:" entry a regular expression matched from the start of the layer name, any other entry the
   exact name (vllm v0.13.0 vllm/model_executor/layers/quantization/compressed_tensors/utils.py
-  _is_equal_or_regex_match). Only Linear layers are targets: embeddings stay in the model dtype.
+  _is_equal_or_regex_match). Each config group names its `targets`; a layer takes the scheme of
+  the first target, over all groups in order, that its name matches, else the first whose text its
+  module class's name contains ("Linear" in QKVParallelLinear; a "Linear" target also stands for
+  FusedMoE, the routed experts) (compressed_tensors/utils.py find_matched_target,
+  compressed_tensors.py _quantization_scheme_map_from_config, _add_fused_moe_to_target_scheme_map).
+  Only Linear layers and FusedMoE take a scheme: embeddings and lm_head (ParallelLMHead is no
+  LinearBase) stay in the model dtype (compressed_tensors.py get_quant_method). A group of weights
+  here is matched by its example layer names, as a checkpoint names them, and its layers' class.
   A group-quantized weight stores num_bits / 8 bytes plus one scale of the model dtype per group
   (compressed_tensors/schemes/compressed_tensors_wNa16.py create_weights: weight_packed int32 of
   32 / num_bits values, weight_scale params_dtype of input_size / group_size per output row), and
@@ -52,6 +59,16 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
     "routedExperts": ("model.layers.1.mlp.experts.0.gate_proj", "model.layers.1.block_sparse_moe.experts.0.w1"),
     "lmHead": ("lm_head",),
     "vision": ("visual.blocks.0.attn.qkv", "vision_tower.vision_model.encoder.layers.0.self_attn.q_proj"),
+}
+# The module class vLLM builds for each group's layers (vllm v0.13.0 model_executor/layers/linear.py,
+# fused_moe/layer.py), which a compressed-tensors class-name target is matched against; embeddings
+# and lm_head take no compressed-tensors scheme.
+CLASSES = {
+    "attention": "QKVParallelLinear",
+    "denseMlp": "MergedColumnParallelLinear",
+    "sharedExperts": "MergedColumnParallelLinear",
+    "routedExperts": "FusedMoE",
+    "vision": "QKVParallelLinear",
 }
 # Which weights of a msModelSlim description belong to which group (its keys are the checkpoint's
 # tensor names): the first pattern that matches decides; a key none matches is not counted. A
@@ -116,17 +133,48 @@ def _group_ignored(group: str, rules: list[str]) -> bool:
     return any(_ignored(name, rules) for name in EXAMPLES[group])
 
 
-def compressed_tensors(config: dict[str, Any], dtype_bytes: float) -> WeightSizes | None:
-    """Sizes of a compressed-tensors checkpoint: the first config group's weights (the published
-    checkpoints read here have one group targeting Linear), for every group of weights its
-    `ignore` does not leave out; None where it gives no num_bits."""
-    groups = config.get("config_groups") or {}
-    weights = next((g.get("weights") for g in groups.values() if isinstance(g, dict) and g.get("weights")), None)
+def _target_weights(config: dict[str, Any]) -> dict[str, Any]:
+    """compressed-tensors' targets in the order vLLM matches them, each with its group's weights:
+    over config_groups in order, a target named again taking the later group's weights in its first
+    place; FusedMoE after them with Linear's weights where Linear is a target and FusedMoE is not."""
+    targets: dict[str, Any] = {}
+    for group in (config.get("config_groups") or {}).values():
+        if isinstance(group, dict):
+            for target in group.get("targets") or []:
+                targets[str(target)] = group.get("weights")
+    if "Linear" in targets and "FusedMoE" not in targets:
+        targets["FusedMoE"] = targets["Linear"]
+    return targets
+
+
+def _matches(value: str, target: str, contains: bool) -> bool:
+    """compressed-tensors' _is_equal_or_regex_match: "re:" a regular expression matched from the
+    start, else equal, or (for a class name) contained, case aside."""
+    if target.startswith("re:"):
+        return re.match(target[3:], value) is not None
+    return target.lower() in value.lower() if contains else target == value
+
+
+def _matched_target(group: str, targets: dict[str, Any]) -> str | None:
+    """The target whose scheme a group's layers take: the first matching one of its example names,
+    else the first its module class contains; None where none does (vLLM refuses such a Linear
+    layer at load: "Unable to find matching target")."""
+    for name in EXAMPLES[group]:
+        hit = next((t for t in targets if _matches(name, t, contains=False)), None)
+        if hit is not None:
+            return hit
+    return next((t for t in targets if _matches(CLASSES[group], t, contains=True)), None)
+
+
+def _weight_bytes(weights: Any, dtype_bytes: float) -> tuple[float, str] | None:
+    """Bytes per weight of one compressed-tensors `weights` entry and its shape in words; None
+    where it gives no num_bits."""
     if not isinstance(weights, dict) or not isinstance(weights.get("num_bits"), int):
         return None
     bits = int(weights["num_bits"])
     per_weight = bits / 8
     strategy = str(weights.get("strategy") or "tensor")
+    kind = weights.get("type") or "int"
     # A scale is stored in the model dtype unless the group names its own (MXFP4's torch.uint8).
     scale_bytes = SCALE_BYTES.get(str(weights.get("scale_dtype") or ""), dtype_bytes)
     if strategy == "group" and isinstance(weights.get("group_size"), int) and weights["group_size"] > 0:
@@ -134,23 +182,35 @@ def compressed_tensors(config: dict[str, Any], dtype_bytes: float) -> WeightSize
         per_weight += scale_bytes / size
         if weights.get("symmetric") is False:
             per_weight += bits / 8 / size
-        shape = f"{bits}-bit {weights.get('type') or 'int'}, group {size}"
-    elif strategy == "block" and isinstance(weights.get("block_structure"), list):
+        return per_weight, f"{bits}-bit {kind}, group {size}"
+    if strategy == "block" and isinstance(weights.get("block_structure"), list):
         rows, cols = (int(v) for v in weights["block_structure"][:2])
-        per_weight += 4 / (rows * cols)
-        shape = f"{bits}-bit {weights.get('type') or 'int'}, block {rows}x{cols}"
-    else:
-        shape = f"{bits}-bit {weights.get('type') or 'int'}, per {strategy}"
+        return per_weight + 4 / (rows * cols), f"{bits}-bit {kind}, block {rows}x{cols}"
+    return per_weight, f"{bits}-bit {kind}, per {strategy}"
+
+
+def compressed_tensors(config: dict[str, Any], dtype_bytes: float) -> WeightSizes | None:
+    """Sizes of a compressed-tensors checkpoint: each group of weights at the scheme of the config
+    group whose target it matches, unless `ignore` leaves it out; None where no config group gives
+    num_bits."""
+    targets = _target_weights(config)
+    if not any(_weight_bytes(w, dtype_bytes) for w in targets.values()):
+        return None
     rules = [str(r) for r in config.get("ignore") or []]
-    sizes = {
-        group: dtype_bytes if group == "embeddings" or _group_ignored(group, rules) else per_weight for group in GROUPS
-    }
-    kept = [g for g in GROUPS if sizes[g] != dtype_bytes]
+    sizes = dict.fromkeys(GROUPS, dtype_bytes)
+    shapes: dict[str, list[str]] = {}
+    for group in CLASSES:
+        target = _matched_target(group, targets)
+        scheme = _weight_bytes(targets[target], dtype_bytes) if target is not None else None
+        if scheme is None or _group_ignored(group, rules):
+            continue
+        sizes[group] = scheme[0]
+        shapes.setdefault(f"{scheme[1]} ({scheme[0]:.4g} bytes a weight)", []).append(group)
+    kept = "; ".join(f"{shape} for {', '.join(groups)}" for shape, groups in shapes.items())
     return WeightSizes(
         "compressed-tensors",
         sizes,
-        f"compressed-tensors {shape} ({per_weight:.4g} bytes a weight) for {', '.join(kept) or 'no weights'}; "
-        "the rest at the model dtype",
+        f"compressed-tensors {kept or 'for no weights'}; the rest at the model dtype",
     )
 
 
