@@ -264,20 +264,22 @@ role, kvRole, or the operand itself; unset ones take .defaults' value where it h
 {{- toJson $found -}}
 {{- end }}
 
-{{/* Whether [left op right] holds: numbers (numeric strings too) compare as numbers, anything
-else only by eq/ne as text. "true" or nothing. (dict "left" 1 "op" "gt" "right" 0) */}}
+{{/* Whether [left op right] holds: contains asks whether the left's text holds the right's; else
+numbers (numeric strings too) compare as numbers, anything else only by eq/ne as text. "true" or nothing. (dict "left" 1 "op" "gt" "right" 0) */}}
 {{- define "mooncake-pd.validate.engineRuleHolds" -}}
 {{- $l := include "mooncake-pd.validate.engineNumber" .left -}}
 {{- $r := include "mooncake-pd.validate.engineNumber" .right -}}
 {{- $op := .op -}}
-{{- if and $l $r -}}
+{{- if eq $op "contains" -}}
+{{- if contains (toString .right) (toString .left) }}true{{ end -}}
+{{- else if and $l $r -}}
 {{- $a := float64 $l }}{{ $b := float64 $r -}}
 {{- if or (and (eq $op "eq") (eq $a $b)) (and (eq $op "ne") (ne $a $b)) (and (eq $op "lt") (lt $a $b)) (and (eq $op "le") (le $a $b)) (and (eq $op "gt") (gt $a $b)) (and (eq $op "ge") (ge $a $b)) }}true{{ end -}}
 {{- else if and (eq $op "eq") (eq (toString .left) (toString .right)) -}}
 true
 {{- else if and (eq $op "ne") (ne (toString .left) (toString .right)) -}}
 true
-{{- else if not (has $op (list "eq" "ne" "lt" "le" "gt" "ge")) -}}
+{{- else if not (has $op (list "eq" "ne" "lt" "le" "gt" "ge" "contains")) -}}
 {{- fail (printf "chart/files/engines/rules.yaml: unknown operator %q" $op) -}}
 {{- end -}}
 {{- end }}
