@@ -183,14 +183,8 @@ false). */ -}}
 {{- $other := get $negatives $k }}
 {{- if and (kindIs "bool" $v) $other (not (hasKey $given $other)) }}{{ $_ := set $flags $other (not $v) }}{{ end }}
 {{- end }}
-{{- /* The role's env as its start script sets it (mooncake-pd.script.render): engine.env under
-<role>.env, under the family's section env and roleEnv where the profile reads them. */ -}}
-{{- $env := include "mooncake-pd.util.overlay" (dict "base" $.Values.engine.env "over" (index $.Values $role).env) | fromJson }}
-{{- if $profile.settingsEnv }}
-{{- $settings := include "mooncake-pd.profile.settings" $ | fromJson }}
-{{- $env = include "mooncake-pd.util.overlay" (dict "base" $settings.env "over" $env) | fromJson }}
-{{- $env = include "mooncake-pd.util.overlay" (dict "base" $env "over" (get ($settings.roleEnv | default dict) $role)) | fromJson }}
-{{- end }}
+{{- /* The role's env as its start script sets it. */ -}}
+{{- $env := include "mooncake-pd.script.env" (dict "root" $ "role" $role) | fromJson }}
 {{- $context := dict "root" $ "role" $role "flags" $flags "env" $env "kvRole" (get $kvRoles $role | default "") }}
 {{- range $rule := $rules }}
 {{- if and (hasKey $rule.versions $engine.version) (or (not $rule.ascend) $ascend) }}
