@@ -646,6 +646,22 @@ def test_rules_read_every_spelling_and_skip_what_the_values_leave_open(render: R
     render(overrides={"model": {"maxModelLen": 16384}, "prefill": {"args": {"enable-chunked-prefill": False}}})
 
 
+def test_sleep_mode_is_refused_only_beside_ascends_expandable_segments(render: Renderer):
+    """The contains operator reads the start script's env: sleep mode renders on Ascend once
+    PYTORCH_NPU_ALLOC_CONF drops expandable_segments:True, and the rule is vLLM-Ascend's alone
+    (torch_npu reads that variable), so a CPU role with it set renders too."""
+    sleep = {"decode": {"args": {"enable-sleep-mode": True}}}
+    assert "decode.args.enable-sleep-mode: sleep mode with" in render.error(overrides=sleep)
+    render(overrides={**sleep, "accelerator": {"ascend": {"env": {"PYTORCH_NPU_ALLOC_CONF": "max_split_size_mb:256"}}}})
+    render(
+        (paths.VALUES_DIR / "qwen2.5-0.5b-instruct-cpu-1p1d.yaml",),
+        overrides={
+            "engine": {"env": {"PYTORCH_NPU_ALLOC_CONF": "expandable_segments:True"}},
+            "decode": {"args": {"enable-sleep-mode": True}},
+        },
+    )
+
+
 @pytest.mark.parametrize("version", VERSIONS)
 def test_bounds_come_from_vllms_config_fields(version: str):
     """`mooncake-pd engines generate` writes each option's bounds from the pydantic field its

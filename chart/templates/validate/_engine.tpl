@@ -119,19 +119,6 @@ failureThreshold 3 (k8s.io/api core/v1 types.go, Probe). */ -}}
 {{- end }}
 {{- end }}
 {{- end }}
-{{- /* Sleep mode on Ascend: vLLM-Ascend's sleep-mode allocator refuses PyTorch's expandable
-segments, which the Ascend profiles set (accelerator.ascend.env), when the engine loads the model
-(vllm_ascend/device_allocator/camem.py CaMemAllocator.__init__: v0.13.0 ~146, v0.18.0 and
-v0.23.0 ~150; worker.py load_model takes it with enable_sleep_mode). Only torch_npu reads
-PYTORCH_NPU_ALLOC_CONF, so where the start-script env holds it the engine is vLLM-Ascend's. */ -}}
-{{- range $role := $roles }}
-{{- $sleep := get (include "mooncake-pd.validate.engineFlags" (dict "root" $ "role" $role) | fromJson) "enable-sleep-mode" }}
-{{- $conf := toString (get (include "mooncake-pd.script.env" (dict "root" $ "role" $role) | fromJson) "PYTORCH_NPU_ALLOC_CONF") }}
-{{- if and (eq (toString $sleep) "true") (contains "expandable_segments:True" $conf) }}
-{{- $where := include "mooncake-pd.validate.engineRuleKey" (dict "root" $ "role" $role "operand" "args.enable-sleep-mode") }}
-{{- $errors = append $errors (printf "%s: sleep mode with PYTORCH_NPU_ALLOC_CONF %q for %s: vLLM-Ascend's sleep-mode allocator refuses expandable segments when the engine loads the model (\"Expandable segments are not compatible with memory pool\", vllm_ascend/device_allocator/camem.py); set accelerator.ascend.env.PYTORCH_NPU_ALLOC_CONF (or %s.env's) without expandable_segments:True, or remove %s" $where $conf $role $role $where) }}
-{{- end }}
-{{- end }}
 {{- toJson $errors -}}
 {{- end }}
 
