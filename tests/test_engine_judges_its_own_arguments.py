@@ -65,10 +65,9 @@ exec {python} -S "$@"
 """
 
 
-def test_the_check_judges_the_words_the_script_execs(render: Renderer, tmp_path: Path):
-    """The argv the engine check judges is the argv `exec vllm` gets, word for word: the one
-    array the script builds, hf-overrides from the preflight and engine_id included."""
-    rendered = render()
+def recorded(rendered: Any, tmp_path: Path) -> tuple[Any, dict[str, Any], list[str]]:
+    """Run the rendered prefill start script with RECORDER as its python3: the script's run, and
+    the settings and argv it hands engine_args.py."""
     template, env = entry(rendered, "prefill")
     recorder = tmp_path / "python3"
     recorder.write_text(RECORDER.format(python=shlex.quote(sys.executable)))
@@ -81,11 +80,18 @@ def test_the_check_judges_the_words_the_script_execs(render: Renderer, tmp_path:
         node=engines.node_files(template["spec"]["containers"][0], env, engines.Node()),
         python3=recorder,
     )
-    settings_json, *judged = record.read_text().split("\0")[:-1]
+    settings_json, *argv = record.read_text().split("\0")[:-1]
+    return run, json.loads(settings_json), argv
+
+
+def test_the_check_judges_the_words_the_script_execs(render: Renderer, tmp_path: Path):
+    """The argv the engine check judges is the argv `exec vllm` gets, word for word: the one
+    array the script builds, hf-overrides from the preflight and engine_id included."""
+    run, settings, judged = recorded(render(), tmp_path)
     assert judged == run.argv
     assert run.argv[:2] == ["serve", "/models/DeepSeek-R1-Distill-Qwen-1.5B"]
     assert "--kv-transfer-config" in judged and "--additional-config" in judged
-    assert json.loads(settings_json)["role"] == "prefill"
+    assert settings["role"] == "prefill"
 
 
 def test_each_flag_names_the_values_key_it_came_from(render: Renderer):
@@ -275,21 +281,7 @@ def test_vllm_refuses_issue_54s_engine_classes_in_the_e2e_image(tmp_path: Path):
     net under those rules: it gets them here as the start script would pass them had the render let
     them through: the words a valid render's prefill script gives engine_args.py, the classes'
     flags appended, and each flag's values key in the settings, as the chart writes them."""
-    rendered = Renderer(paths.DEFAULT_HELM_VERSION)((CPU_VALUES,))
-    template, env = entry(rendered, "prefill")
-    recorder = tmp_path / "python3"
-    recorder.write_text(RECORDER.format(python=shlex.quote(sys.executable)))
-    recorder.chmod(0o755)
-    record = tmp_path / "record"
-    scriptrun.run(
-        engines.script_of(rendered.objects, template),
-        {**env, "RECORD": str(record)},
-        beside=engines.beside_script(rendered.objects, template),
-        node=engines.node_files(template["spec"]["containers"][0], env, engines.Node()),
-        python3=recorder,
-    )
-    settings_json, *argv = record.read_text().split("\0")[:-1]
-    settings = json.loads(settings_json)
+    _, settings, argv = recorded(Renderer(paths.DEFAULT_HELM_VERSION)((CPU_VALUES,)), tmp_path)
     termination_log = tmp_path / "termination-log"
     settings["terminationLog"] = str(termination_log)
     for section, args in (("engine.args", CLASSES["engine"]["args"]), ("prefill.args", CLASSES["prefill"]["args"])):
